@@ -1,0 +1,90 @@
+"""Shipped data: model configs by name, the hardware table. The only place that reads those files."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.errors import UserError
+from planner.perf.hardware import HardwareSpec
+from planner.perf.model import ModelConfigError, ModelSpec, model_from_hf_config
+
+
+def data_dir() -> Path:
+    """The repository's ``profiles/`` folder (override with PLANNER_DATA_DIR)."""
+    env = os.environ.get("PLANNER_DATA_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "profiles"
+
+
+def model_names() -> list[str]:
+    return sorted(p.stem for p in (data_dir() / "models").glob("*.json"))
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A shipped model by name (``qwen3-32b``) or a Hugging Face config.json by path."""
+    path = Path(name_or_path)
+    looks_like_path = path.suffix == ".json" or os.sep in name_or_path or path.is_dir()
+    if looks_like_path:
+        if path.is_dir():
+            path = path / "config.json"
+        name = path.parent.name if path.name == "config.json" else path.stem
+    else:
+        key = name_or_path.lower()
+        path = data_dir() / "models" / f"{key}.json"
+        name = key
+        if not path.exists():
+            raise UserError(f"--model {name_or_path!r}: unknown model; shipped models: "
+                            f"{', '.join(model_names())} (or pass a path to a config.json)")
+    try:
+        cfg: Any = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"--model {name_or_path!r}: file {path} not found") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return model_from_hf_config(cfg, name)
+    except ModelConfigError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+@cache
+def _hardware_table() -> dict[str, dict[str, Any]]:
+    path = data_dir() / "hardware.yaml"
+    table = yaml.safe_load(path.read_text())
+    if not isinstance(table, dict):
+        raise UserError(f"{path}: expected a mapping of GPU name to specs")
+    return table
+
+
+def gpu_names() -> list[str]:
+    return sorted(_hardware_table())
+
+
+ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "h200-sxm": "h200"}
+
+
+def load_hardware(name: str) -> HardwareSpec:
+    key = ALIASES.get(name.lower(), name.lower())
+    row = _hardware_table().get(key)
+    if row is None:
+        raise UserError(f"--gpu {name!r}: unknown GPU; known: {', '.join(gpu_names())}")
+    return HardwareSpec(
+        name=key,
+        memory_bytes=float(row["memory_gb"]) * 1e9,
+        hbm_bytes_per_s=float(row["hbm_tb_s"]) * 1e12,
+        bf16_flops=float(row["bf16_tflops"]) * 1e12,
+        fp8_flops=float(row["fp8_tflops"]) * 1e12 if row.get("fp8_tflops") else None,
+        link_bytes_per_s=float(row["link_gb_s"]) * 1e9,
+        nic_gbps=float(row["nic_gbps"]),
+        vendor=str(row.get("vendor", "")),
+        source=str(row.get("source", "")),
+    )

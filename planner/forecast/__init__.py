@@ -1,0 +1,5 @@
+"""PURE forecasters: ``Forecaster.fit(times_s, values) -> Fitted``; ``Fitted.forecast(horizon_s) -> Forecast``."""
+
+from planner.forecast.base import Fitted, Forecaster, LastValue, make_forecaster
+
+__all__ = ["Fitted", "Forecaster", "LastValue", "make_forecaster"]

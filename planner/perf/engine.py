@@ -1,0 +1,50 @@
+"""Iteration-time model of one serving engine replica, shared by the simulator and the engine emulator.
+
+A continuous-batching engine runs iterations. A prefill iteration processes up to ``chunk_tokens`` prompt
+tokens (chunked prefill); its time is the profile's prefill time for that many tokens, because GEMM work
+dominates and scales with tokens whether they come from one prompt or several. A decode iteration advances
+every running sequence by one token; its time is the profile's ITL at the batch size and the batch's mean
+context. An aggregated engine piggy-backs a prefill chunk on a decode step and pays both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.perf.curves import DecodeCurve, PrefillCurve
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    prefill: PrefillCurve
+    decode: DecodeCurve
+    chunk_tokens: int = 8192
+
+    def prefill_iteration_s(self, tokens: float) -> float:
+        return self.prefill.ttft_ms(max(1.0, tokens)).value / 1e3
+
+    def prefill_s(self, isl: float) -> float:
+        """Compute time of one whole prompt on an idle replica (chunks run back to back)."""
+        full, rest = divmod(max(1.0, isl), self.chunk_tokens)
+        t = full * self.prefill_iteration_s(self.chunk_tokens)
+        return t + (self.prefill_iteration_s(rest) if rest else 0.0)
+
+    def decode_step_s(self, batch: int, mean_context_tokens: float) -> float:
+        if batch <= 0:
+            return 0.0
+        return self.decode.itl_ms(batch, mean_context_tokens).value / 1e3
+
+    def mixed_step_s(self, batch: int, mean_context_tokens: float, prefill_tokens: float) -> float:
+        """Aggregated mode: one decode step with ``prefill_tokens`` of prompt piggy-backed."""
+        step = self.decode_step_s(batch, mean_context_tokens)
+        if prefill_tokens <= 0:
+            return step
+        return step + self.prefill_iteration_s(prefill_tokens)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.decode.kv_capacity_tokens
+
+    @property
+    def max_batch(self) -> int:
+        return self.decode.max_batch

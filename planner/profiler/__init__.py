@@ -1,0 +1,1 @@
+"""I/O side of profiling: sweeps and backends (analytical, endpoint, torch, kubernetes)."""

@@ -1,0 +1,40 @@
+"""Backend registry: name -> function(model, hw, request, progress) -> Profile."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from planner.errors import UserError
+from planner.perf.hardware import HardwareSpec
+from planner.perf.model import ModelSpec
+from planner.profile import Profile
+from planner.profiler.analytical import profile_analytical
+from planner.profiler.grids import SweepRequest
+
+Backend = Callable[[ModelSpec, HardwareSpec, SweepRequest], Profile]
+
+
+def _analytical(model: ModelSpec, hw: HardwareSpec, req: SweepRequest) -> Profile:
+    return profile_analytical(model, hw, req)
+
+
+def _torch(model: ModelSpec, hw: HardwareSpec, req: SweepRequest) -> Profile:
+    try:
+        from planner.profiler import torch_backend
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("planner"):
+            raise UserError("--backend torch: not available in this build") from None
+        raise
+    return torch_backend.profile_torch(model, hw, req)
+
+
+BACKENDS: dict[str, Backend] = {"analytical": _analytical, "torch": _torch}
+PLANNED = ("endpoint", "kubernetes")
+
+
+def get_backend(name: str) -> Backend:
+    if name in BACKENDS:
+        return BACKENDS[name]
+    if name in PLANNED:
+        raise UserError(f"--backend {name!r} is not implemented yet; available: {', '.join(BACKENDS)}")
+    raise UserError(f"--backend {name!r}: unknown; allowed: {', '.join(BACKENDS)}")

@@ -1,0 +1,1 @@
+"""Hand-written fakes shipped with the package (FakeClock, FakeMetricSource, RecordingActuator)."""

@@ -1,0 +1,197 @@
+"""Frozen records shared by every part of the planner.
+
+The same records flow through the controller, the simulator and backtests, so a policy written against
+them runs unchanged in all three harnesses. Times are seconds since the epoch (``*_s``) passed in by the
+caller; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+POOLS_DISAGG = ("prefill", "decode")
+POOL_AGG = "aggregated"
+
+
+# ----------------------------------------------------------------------------------------------- observe
+@dataclass(frozen=True)
+class PoolObservation:
+    """What the serving system did in one pool over one window.
+
+    Latency fields are ``None`` when no request finished the relevant phase in the window: "nothing to
+    measure" is not "zero milliseconds".
+    """
+
+    requests: float  # requests *started* in the window (counting completions under-scales)
+    rate_rps: float
+    isl_mean: float | None = None
+    osl_mean: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p95: float | None = None
+    ttft_ms_mean: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p95: float | None = None
+    itl_ms_mean: float | None = None
+    queue: float = 0.0
+    running: float = 0.0
+    kv_usage: float | None = None  # 0..1
+    ready_replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("requests", "rate_rps", "queue", "running"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"PoolObservation.{name} must be finite and >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Observation:
+    at_s: float
+    window_s: float
+    pools: Mapping[str, PoolObservation]
+
+
+class NoDataReason(StrEnum):
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    EMPTY = "empty"
+    NAN = "nan"
+    STALE = "stale"
+    MISSING_POOL = "missing_pool"
+    BAD_RESPONSE = "bad_response"
+
+
+@dataclass(frozen=True)
+class NoData:
+    """A read that produced nothing trustworthy. Never to be treated as zero load."""
+
+    reason: NoDataReason
+    detail: str
+    at_s: float
+
+
+# ---------------------------------------------------------------------------------------------- forecast
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Forecast of one series at ``horizon_s`` after the last observation.
+
+    ``ok`` is False when there was nothing to forecast from (empty, all-NaN history); ``mean`` then holds
+    the best available fallback (the last finite value, or NaN when there is none) and ``reason`` says why.
+    """
+
+    mean: float
+    quantiles: Mapping[float, float]
+    horizon_s: float
+    model: str
+    ok: bool = True
+    reason: str = ""
+
+    def at(self, q: float | None) -> float:
+        """The value at quantile ``q`` (``None`` or a missing quantile falls back to the mean)."""
+        if q is None:
+            return self.mean
+        if q in self.quantiles:
+            return self.quantiles[q]
+        below = [k for k in self.quantiles if k <= q]
+        return self.quantiles[max(below)] if below else self.mean
+
+
+@dataclass(frozen=True)
+class LoadForecast:
+    rate_rps: Forecast
+    isl_tokens: Forecast
+    osl_tokens: Forecast
+
+
+# ---------------------------------------------------------------------------------------------- decision
+class Reason(StrEnum):
+    """Closed set of reasons; used as log field, API field and bounded Prometheus label."""
+
+    SLA_CAPACITY = "sla_capacity"  # sized from the SLA model
+    ZERO_TRAFFIC = "zero_traffic"
+    NO_DATA_HOLD = "no_data_hold"
+    FORECAST_FALLBACK = "forecast_fallback"
+    CALIBRATED_UP = "calibrated_up"
+    CALIBRATED_DOWN = "calibrated_down"
+    WITHIN_TOLERANCE = "within_tolerance"
+    SCALE_UP_STABILIZED = "scale_up_stabilized"
+    SCALE_DOWN_STABILIZED = "scale_down_stabilized"
+    SCALE_UP_LIMIT = "scale_up_limit"
+    SCALE_DOWN_LIMIT = "scale_down_limit"
+    FLOOR = "floor"
+    CEILING = "ceiling"
+    BUDGET = "budget"
+    SLA_INFEASIBLE = "sla_infeasible"
+    KV_BOUND = "kv_bound"
+    EXTRAPOLATED = "extrapolated"
+    BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class PoolDecision:
+    replicas: int
+    gpus_per_replica: int
+    desired_unclamped: float  # replicas the SLA model asked for before behaviour and limits
+    reasons: tuple[Reason, ...] = ()
+    predicted_ttft_ms: float | None = None
+    predicted_itl_ms: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(frozen=True)
+class Decision:
+    at_s: float
+    pools: Mapping[str, PoolDecision]
+    reasons: tuple[Reason, ...] = ()
+    predicted_ttft_ms: float | None = None
+    predicted_itl_ms: float | None = None
+    detail: Mapping[str, float | str] = field(default_factory=dict)
+
+    def targets(self) -> dict[str, int]:
+        return {pool: d.replicas for pool, d in self.pools.items()}
+
+    @property
+    def gpus(self) -> int:
+        return sum(d.gpus for d in self.pools.values())
+
+
+# --------------------------------------------------------------------------------------------- protocols
+@dataclass(frozen=True)
+class Applied:
+    """Result of an actuation: what each pool was at before and is asked to be now."""
+
+    before: Mapping[str, int | None]
+    after: Mapping[str, int]
+    changed: bool
+    detail: str = ""
+
+
+class MetricSource(Protocol):
+    def read(self, window_s: float, now_s: float) -> Observation | NoData: ...
+
+
+class Actuator(Protocol):
+    def apply(self, targets: Mapping[str, int]) -> Applied: ...
+
+
+class Controller(Protocol):
+    """Anything that turns observations into replica decisions at a fixed interval.
+
+    The planner and every baseline implement this, so the simulator, backtests and the live control
+    loop drive them identically.
+    """
+
+    name: str
+    interval_s: float
+
+    def tick(self, observation: Observation | NoData, now_s: float) -> Decision: ...
