@@ -1,0 +1,190 @@
+"""Policy format (contract): pydantic schema for policies/*.yaml and its loader with one-line errors.
+
+Defaults live here and only here; policies/example.yaml restates them and a test keeps the two equal.
+Field names follow HPA's behaviour vocabulary so operators need no new concepts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.errors import UserError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class TargetRef(_Strict):
+    api_version: str = Field("apps/v1", alias="apiVersion")
+    kind: str = "Deployment"
+    namespace: str = "default"
+    name: str
+
+
+class PoolSpec(_Strict):
+    target: TargetRef | None = None
+    min_replicas: int = Field(1, ge=0, le=10_000)
+    max_replicas: int = Field(16, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _range(self) -> PoolSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas {self.min_replicas} must be <= max_replicas {self.max_replicas}")
+        return self
+
+
+class Pools(_Strict):
+    prefill: PoolSpec | None = None
+    decode: PoolSpec | None = None
+    aggregated: PoolSpec | None = None
+
+
+class SLA(_Strict):
+    ttft_ms: float = Field(1000.0, gt=0, le=600_000)
+    itl_ms: float = Field(40.0, gt=0, le=60_000)
+    percentile: float = Field(95.0, ge=50.0, le=99.9)
+
+
+class Budget(_Strict):
+    max_gpus: int | None = Field(None, ge=1)
+
+
+class KVLink(_Strict):
+    gbps: float = Field(400.0, gt=0, le=100_000)
+
+
+class ForecastConfig(_Strict):
+    model: str = "auto"
+    quantile: float = Field(0.9, ge=0.5, le=0.99)
+    history_s: float = Field(6 * 3600.0, gt=0)
+
+
+class ScalingPolicy(_Strict):
+    type: Literal["pods", "percent"]
+    value: int = Field(gt=0)
+    period_s: int = Field(gt=0, le=1800)
+
+
+class ScalingRules(_Strict):
+    stabilization_window_s: int = Field(0, ge=0, le=3600)
+    select_policy: Literal["max", "min", "disabled"] = "max"
+    policies: list[ScalingPolicy] = Field(default_factory=list)
+
+
+def _default_up() -> ScalingRules:
+    return ScalingRules(stabilization_window_s=0, policies=[ScalingPolicy(type="percent", value=100, period_s=30)])
+
+
+def _default_down() -> ScalingRules:
+    return ScalingRules(stabilization_window_s=300, policies=[ScalingPolicy(type="pods", value=1, period_s=60)])
+
+
+class Behavior(_Strict):
+    tolerance: float = Field(0.0, ge=0.0, lt=1.0)
+    scale_up: ScalingRules = Field(default_factory=_default_up)
+    scale_down: ScalingRules = Field(default_factory=_default_down)
+
+
+class Calibration(_Strict):
+    enabled: bool = True
+    max_factor: float = Field(2.0, ge=1.0, le=10.0)
+    half_life_s: float = Field(600.0, gt=0)
+
+
+class MetricsConfig(_Strict):
+    source: Literal["prometheus", "sim"] = "prometheus"
+    url: str = "http://prometheus:9090"
+    dialect: Literal["vllm", "sglang", "dynamo", "trtllm"] = "vllm"
+    selectors: dict[str, str] = Field(default_factory=lambda: {"prefill": '{role="prefill"}',
+                                                               "decode": '{role="decode"}'})
+    window_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(5.0, gt=0, le=120)
+    stale_after_intervals: int = Field(3, ge=1)
+
+
+class ActuatorConfig(_Strict):
+    kind: Literal["kubernetes", "keda", "hpa", "dry-run"] = "kubernetes"
+
+
+class Policy(_Strict):
+    name: str = Field(min_length=1)
+    mode: Literal["disaggregated", "aggregated"] = "disaggregated"
+    profile: str
+    sla: SLA = Field(default_factory=SLA)
+    interval_s: float = Field(30.0, ge=1.0, le=3600.0)
+    startup_s: float = Field(120.0, ge=0.0, le=7200.0)
+    pools: Pools
+    budget: Budget = Field(default_factory=Budget)
+    kv_link: KVLink = Field(default_factory=KVLink)
+    forecast: ForecastConfig = Field(default_factory=ForecastConfig)
+    behavior: Behavior = Field(default_factory=Behavior)
+    calibration: Calibration = Field(default_factory=Calibration)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
+
+    @model_validator(mode="after")
+    def _pools_match_mode(self) -> Policy:
+        if self.mode == "disaggregated" and (self.pools.prefill is None or self.pools.decode is None):
+            raise ValueError("mode disaggregated needs pools.prefill and pools.decode")
+        if self.mode == "aggregated" and self.pools.aggregated is None:
+            raise ValueError("mode aggregated needs pools.aggregated")
+        return self
+
+    def pool_names(self) -> tuple[str, ...]:
+        return ("prefill", "decode") if self.mode == "disaggregated" else ("aggregated",)
+
+    def pool(self, name: str) -> PoolSpec:
+        spec = getattr(self.pools, name)
+        if spec is None:
+            raise KeyError(name)
+        return spec
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    value = err.get("input")
+    shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+    msg = err["msg"]
+    ctx = err.get("ctx") or {}
+    bounds = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
+    allowed = f" (allowed: {bounds})" if bounds else ""
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    if err["type"] == "extra_forbidden":
+        return f"{source}: unknown key {loc!r}{more}"
+    return f"{source}: key {loc!r} = {shown}: {msg}{allowed}{more}"
+
+
+def parse_policy(data: Any, source: str = "<policy>", base_dir: Path | None = None) -> Policy:
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a policy must be a YAML mapping")
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(_format_error(source, exc)) from None
+    if base_dir is not None and not Path(policy.profile).is_absolute():
+        # A relative profile path is resolved against the policy file's folder, then the working dir.
+        for candidate in (base_dir / policy.profile, base_dir.parent / policy.profile):
+            if candidate.exists():
+                return policy.model_copy(update={"profile": str(candidate)})
+    return policy
+
+
+def load_policy(path: str | Path) -> Policy:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{p}: policy file not found") from None
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read policy ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise UserError(f"{p}: not valid YAML{where}") from None
+    return parse_policy(data, str(p), p.resolve().parent)
