@@ -1,0 +1,1 @@
+"""Simulated cluster, trace loaders, baselines, oracle and backtest reports."""

@@ -1,0 +1,470 @@
+"""Request traces: loaders for public trace formats, rate scaling, and synthetic generators.
+
+A trace is three sorted-by-arrival numpy arrays (arrival seconds from the trace start, ISL, OSL) plus a
+note of where it came from and how it was scaled, because a replay that scaled the load must say so.
+
+Formats (``fmt``):
+- ``azure``: Azure LLM inference 2023 CSV, ``TIMESTAMP, ContextTokens, GeneratedTokens`` (wall clock, no zone).
+- ``mooncake``: JSONL with ``timestamp`` (ms), ``input_length``, ``output_length`` (``hash_ids`` ignored).
+- ``csv`` / ``jsonl``: generic, with ``columns={"arrival": name, "isl": name, "osl": name}`` and an optional
+  ``"time_unit": "s" | "ms" | "us" | "datetime"``.
+- ``servegen``: aggregate rates per window (``window_start_s, window_s, total_rate_rps, ...``); arrivals are
+  synthesised (Poisson) with lengths from :data:`DEFAULT_ISL` / :data:`DEFAULT_OSL` (Azure-conv-like).
+
+Bad rows raise :class:`UserError` naming file, line, column and value. Rows must be sorted by arrival time:
+an unsorted file is an error, not silently re-sorted, because it usually means the wrong column was mapped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import UserError
+
+FORMATS = ("azure", "mooncake", "csv", "jsonl", "servegen")
+SCALE_MODES = ("superpose", "compress")
+# Superposed copies are shifted by a random offset in [0, SUPERPOSE_SHIFT_S): enough to break the
+# lock-step of identical copies, small enough to keep the trace's minute-scale load shape (peak/mean).
+SUPERPOSE_SHIFT_S = 60.0
+
+
+# ------------------------------------------------------------------------------------------------ records
+@dataclass(frozen=True)
+class RequestTrace:
+    arrival_s: np.ndarray  # float64, seconds from the trace start, sorted
+    isl: np.ndarray  # int64
+    osl: np.ndarray  # int64
+    source: str = ""
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if len(self.isl) != n or len(self.osl) != n:
+            raise ValueError("arrival_s, isl and osl must have the same length")
+
+    def __len__(self) -> int:
+        return int(len(self.arrival_s))
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1]) if len(self) else 0.0
+
+    def window(self, start_s: float, end_s: float) -> RequestTrace:
+        """Requests arriving in [start_s, end_s), times kept as they are."""
+        lo, hi = np.searchsorted(self.arrival_s, [start_s, end_s], side="left")
+        return RequestTrace(self.arrival_s[lo:hi], self.isl[lo:hi], self.osl[lo:hi], self.source, self.notes)
+
+    def summary(self) -> dict[str, float | int | str]:
+        n = len(self)
+        dur = self.duration_s
+        return {
+            "source": self.source,
+            "notes": self.notes,
+            "requests": n,
+            "duration_s": round(dur, 3),
+            "mean_rate_rps": round(n / dur, 4) if dur > 0 else 0.0,
+            "isl_mean": round(float(self.isl.mean()), 2) if n else 0.0,
+            "osl_mean": round(float(self.osl.mean()), 2) if n else 0.0,
+            "isl_p99": int(np.percentile(self.isl, 99)) if n else 0,
+            "osl_p99": int(np.percentile(self.osl, 99)) if n else 0,
+        }
+
+
+@dataclass(frozen=True)
+class RateWindows:
+    window_start_s: np.ndarray
+    window_s: np.ndarray
+    rate_rps: np.ndarray
+    source: str = ""
+
+    def __len__(self) -> int:
+        return int(len(self.window_start_s))
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """Token-length distribution: ``fixed`` (mean), ``lognormal`` (mean, cv) or ``empirical`` (values)."""
+
+    kind: str = "lognormal"
+    mean: float = 1000.0
+    cv: float = 1.0
+    values: tuple[int, ...] = field(default=())
+    minimum: int = 1
+    maximum: int = 1 << 20
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed":
+            out = np.full(n, self.mean)
+        elif self.kind == "lognormal":
+            sigma2 = math.log1p(self.cv**2)
+            mu = math.log(max(self.mean, 1e-9)) - sigma2 / 2
+            out = rng.lognormal(mu, math.sqrt(sigma2), n)
+        elif self.kind == "empirical":
+            if not self.values:
+                raise ValueError("empirical LengthDist needs values")
+            out = rng.choice(np.asarray(self.values), n)
+        else:
+            raise ValueError(f"unknown LengthDist kind {self.kind!r}; allowed: fixed, lognormal, empirical")
+        return np.clip(np.rint(out), self.minimum, self.maximum).astype(np.int64)
+
+
+# Azure conv 2023: ISL mean 1,155 (p99 4,142), OSL mean 211 (p99 601).
+DEFAULT_ISL = LengthDist("lognormal", 1155.0, 1.0)
+DEFAULT_OSL = LengthDist("lognormal", 211.0, 0.8)
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+def _num(path: Path, line: int, column: str, text: object, integer: bool) -> float:
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise UserError(f"{path}:{line}: column {column!r} value {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UserError(f"{path}:{line}: column {column!r} value {text!r} is not finite")
+    if value < 0:
+        raise UserError(f"{path}:{line}: column {column!r} value {text!r} is negative; must be >= 0")
+    if integer and value != int(value):
+        raise UserError(f"{path}:{line}: column {column!r} value {text!r} is not a whole number of tokens")
+    return value
+
+
+def _datetime_s(path: Path, line: int, column: str, text: str) -> float:
+    t = text.strip()
+    # Python's fromisoformat takes at most 6 fractional digits; Azure writes 7 (100 ns).
+    if "." in t:
+        head, frac = t.split(".", 1)
+        t = f"{head}.{frac[:6]}"
+    try:
+        return datetime.fromisoformat(t).timestamp()
+    except ValueError:
+        raise UserError(f"{path}:{line}: column {column!r} value {text!r} is not a timestamp "
+                        f"(expected e.g. 2023-11-16 18:15:46.6805900)") from None
+
+
+_UNIT_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def _finish(path: Path, lines: list[int], t: list[float], isl: list[float], osl: list[float],
+            source: str) -> RequestTrace:
+    if not t:
+        raise UserError(f"{path}: no requests in the file")
+    arr = np.asarray(t, dtype=np.float64)
+    bad = np.nonzero(np.diff(arr) < 0)[0]
+    if len(bad):
+        i = int(bad[0]) + 1
+        raise UserError(f"{path}:{lines[i]}: arrival time {arr[i]!r} is earlier than the previous row's "
+                        f"{arr[i - 1]!r}; rows must be sorted by arrival time")
+    isl_a = np.asarray(isl, dtype=np.int64)
+    osl_a = np.asarray(osl, dtype=np.int64)
+    zero = np.nonzero(isl_a < 1)[0]
+    if len(zero):
+        i = int(zero[0])
+        raise UserError(f"{path}:{lines[i]}: input length {isl_a[i]} must be >= 1 token")
+    return RequestTrace(arr - arr[0], isl_a, np.maximum(osl_a, 1), source)
+
+
+def _read_csv(path: Path, cols: dict[str, str], time_unit: str, source: str) -> RequestTrace:
+    try:
+        fh = path.open(newline="")
+    except FileNotFoundError:
+        raise UserError(f"{path}: trace file not found") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read trace ({exc.strerror})") from None
+    t: list[float] = []
+    isl: list[float] = []
+    osl: list[float] = []
+    lines: list[int] = []
+    with fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise UserError(f"{path}: empty file")
+        header = [h.strip() for h in header]
+        idx = {}
+        for key in ("arrival", "isl", "osl"):
+            name = cols[key]
+            if name not in header:
+                raise UserError(f"{path}:1: missing column {name!r} ({key}); header has {header}")
+            idx[key] = header.index(name)
+        need = max(idx.values())
+        ia, ii, io = idx["arrival"], idx["isl"], idx["osl"]
+        for line, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                raise UserError(f"{path}:{line}: empty row")
+            if len(row) <= need:
+                raise UserError(f"{path}:{line}: {len(row)} fields, expected {len(header)} ({row!r})")
+            if time_unit == "datetime":
+                t.append(_datetime_s(path, line, cols["arrival"], row[ia]))
+            else:
+                t.append(_num(path, line, cols["arrival"], row[ia], False) * _UNIT_S[time_unit])
+            isl.append(_num(path, line, cols["isl"], row[ii], True))
+            osl.append(_num(path, line, cols["osl"], row[io], True))
+            lines.append(line)
+    return _finish(path, lines, t, isl, osl, source)
+
+
+def _read_jsonl(path: Path, cols: dict[str, str], time_unit: str, source: str) -> RequestTrace:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: trace file not found") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read trace ({exc.strerror})") from None
+    t: list[float] = []
+    isl: list[float] = []
+    osl: list[float] = []
+    lines: list[int] = []
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            raise UserError(f"{path}:{line}: empty row")
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{line}: not valid JSON ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise UserError(f"{path}:{line}: expected a JSON object, got {type(rec).__name__}")
+        for key in ("arrival", "isl", "osl"):
+            if cols[key] not in rec:
+                raise UserError(f"{path}:{line}: missing field {cols[key]!r} ({key})")
+        if time_unit == "datetime":
+            t.append(_datetime_s(path, line, cols["arrival"], str(rec[cols["arrival"]])))
+        else:
+            t.append(_num(path, line, cols["arrival"], rec[cols["arrival"]], False) * _UNIT_S[time_unit])
+        isl.append(_num(path, line, cols["isl"], rec[cols["isl"]], True))
+        osl.append(_num(path, line, cols["osl"], rec[cols["osl"]], True))
+        lines.append(line)
+    return _finish(path, lines, t, isl, osl, source)
+
+
+def load_rate_windows(path: str | Path) -> RateWindows:
+    """ServeGen-style aggregate rates: ``window_start_s, window_s, total_rate_rps`` (+ ignored columns)."""
+    p = Path(path)
+    try:
+        fh = p.open(newline="")
+    except FileNotFoundError:
+        raise UserError(f"{p}: rate file not found") from None
+    with fh:
+        reader = csv.reader(fh)
+        header = [h.strip() for h in (next(reader, None) or [])]
+        if not header:
+            raise UserError(f"{p}: empty file")
+        cols = ("window_start_s", "window_s", "total_rate_rps")
+        for c in cols:
+            if c not in header:
+                raise UserError(f"{p}:1: missing column {c!r}; header has {header}")
+        ix = [header.index(c) for c in cols]
+        rows: list[tuple[float, float, float]] = []
+        for line, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                raise UserError(f"{p}:{line}: empty row")
+            if len(row) <= max(ix):
+                raise UserError(f"{p}:{line}: {len(row)} fields, expected {len(header)}")
+            vals = tuple(_num(p, line, c, row[i], False) for c, i in zip(cols, ix, strict=True))
+            if vals[1] <= 0:
+                raise UserError(f"{p}:{line}: column 'window_s' value {row[ix[1]]!r} must be > 0")
+            if rows and vals[0] < rows[-1][0]:
+                raise UserError(f"{p}:{line}: window_start_s {vals[0]!r} is earlier than the previous row's "
+                                f"{rows[-1][0]!r}; rows must be sorted")
+            rows.append(vals)  # type: ignore[arg-type]
+    if not rows:
+        raise UserError(f"{p}: no rate windows in the file")
+    a = np.asarray(rows, dtype=np.float64)
+    return RateWindows(a[:, 0] - a[0, 0], a[:, 1], a[:, 2], str(p))
+
+
+# ---------------------------------------------------------------------------------------------- synthesis
+def _gamma_arrivals(rng: np.random.Generator, rate_rps: float, start_s: float, length_s: float,
+                    cv: float) -> np.ndarray:
+    """Renewal arrivals in [start, start+length) with mean rate ``rate_rps`` and inter-arrival CV ``cv``."""
+    if rate_rps <= 0 or length_s <= 0:
+        return np.empty(0)
+    if abs(cv - 1.0) < 1e-12:
+        n = rng.poisson(rate_rps * length_s)
+        return np.sort(start_s + rng.random(n) * length_s)
+    shape = 1.0 / (cv * cv)
+    scale = 1.0 / (rate_rps * shape)
+    expected = rate_rps * length_s
+    out: list[np.ndarray] = []
+    t = start_s + rng.random() * rng.gamma(shape, scale)  # random phase so windows do not all start at 0
+    end = start_s + length_s
+    while t < end:
+        gaps = rng.gamma(shape, scale, int(expected * 1.2) + 16)
+        ts = t + np.cumsum(gaps)
+        out.append(np.concatenate(([t], ts[:-1])))
+        t = float(ts[-1])
+    a = np.concatenate(out) if out else np.empty(0)
+    return a[a < end]
+
+
+def synthesise_from_rates(windows: RateWindows, isl_dist: LengthDist = DEFAULT_ISL,
+                          osl_dist: LengthDist = DEFAULT_OSL, cv: float = 1.0, seed: int = 0) -> RequestTrace:
+    """Arrivals per window (Poisson for cv=1, Gamma renewal otherwise) at the window's rate."""
+    if cv <= 0:
+        raise UserError(f"--cv: {cv} must be > 0")
+    rng = np.random.default_rng(seed)
+    parts = [_gamma_arrivals(rng, float(r), float(s), float(w), cv)
+             for s, w, r in zip(windows.window_start_s, windows.window_s, windows.rate_rps, strict=True)]
+    t = np.sort(np.concatenate(parts)) if parts else np.empty(0)
+    n = len(t)
+    return RequestTrace(t, isl_dist.sample(rng, n), osl_dist.sample(rng, n), windows.source,
+                        f"synthesised from {len(windows)} rate windows (cv {cv:g}, seed {seed})")
+
+
+def from_rate_fn(rate_fn: Callable[[np.ndarray], np.ndarray], duration_s: float, *, isl: LengthDist | int = 1000,
+                 osl: LengthDist | int = 200, seed: int = 0, name: str = "synthetic") -> RequestTrace:
+    """Inhomogeneous Poisson arrivals with rate ``rate_fn(t)`` over [0, duration) (Lewis-Shedler thinning)."""
+    rng = np.random.default_rng(seed)
+    grid = np.linspace(0.0, duration_s, 4097)
+    peak = float(np.max(rate_fn(grid))) * 1.05 + 1e-12
+    n = rng.poisson(peak * duration_s)
+    cand = np.sort(rng.random(n) * duration_s)
+    keep = rng.random(n) * peak < rate_fn(cand)
+    t = cand[keep]
+    isl_d = isl if isinstance(isl, LengthDist) else LengthDist("fixed", float(isl))
+    osl_d = osl if isinstance(osl, LengthDist) else LengthDist("fixed", float(osl))
+    return RequestTrace(t, isl_d.sample(rng, len(t)), osl_d.sample(rng, len(t)), name, f"seed {seed}")
+
+
+def constant(rate_rps: float, duration_s: float, **kw: object) -> RequestTrace:
+    return from_rate_fn(lambda t: np.full_like(t, rate_rps, dtype=float), duration_s, name="constant", **kw)  # type: ignore[arg-type]
+
+
+def step(rate_before_rps: float, rate_after_rps: float, at_s: float, duration_s: float, **kw: object) -> RequestTrace:
+    return from_rate_fn(lambda t: np.where(t < at_s, rate_before_rps, rate_after_rps), duration_s,
+                        name="step", **kw)  # type: ignore[arg-type]
+
+
+def ramp(rate_start_rps: float, rate_end_rps: float, duration_s: float, **kw: object) -> RequestTrace:
+    return from_rate_fn(lambda t: rate_start_rps + (rate_end_rps - rate_start_rps) * t / duration_s, duration_s,
+                        name="ramp", **kw)  # type: ignore[arg-type]
+
+
+def sinusoid(mean_rps: float, amplitude_rps: float, period_s: float, duration_s: float,
+             **kw: object) -> RequestTrace:
+    return from_rate_fn(lambda t: np.maximum(0.0, mean_rps + amplitude_rps * np.sin(2 * np.pi * t / period_s)),
+                        duration_s, name="sinusoid", **kw)  # type: ignore[arg-type]
+
+
+def spike(base_rps: float, spike_rps: float, at_s: float, width_s: float, duration_s: float,
+          **kw: object) -> RequestTrace:
+    return from_rate_fn(lambda t: np.where((t >= at_s) & (t < at_s + width_s), spike_rps, base_rps), duration_s,
+                        name="spike", **kw)  # type: ignore[arg-type]
+
+
+def on_off(rate_on_rps: float, on_s: float, off_s: float, duration_s: float, **kw: object) -> RequestTrace:
+    return from_rate_fn(lambda t: np.where(np.mod(t, on_s + off_s) < on_s, rate_on_rps, 0.0), duration_s,
+                        name="on_off", **kw)  # type: ignore[arg-type]
+
+
+SYNTHETIC: dict[str, Callable[..., RequestTrace]] = {
+    "constant": constant, "step": step, "ramp": ramp, "sinusoid": sinusoid, "spike": spike, "on_off": on_off,
+}
+
+
+# ---------------------------------------------------------------------------------------------- scaling
+def scale_rate(trace: RequestTrace, rate_scale: float, mode: str = "superpose", seed: int = 0) -> RequestTrace:
+    """Multiply the arrival rate by ``rate_scale``.
+
+    ``superpose``: K = floor(scale) copies plus a random share (scale - K) of one more copy, each shifted
+    by a random offset in [0, SUPERPOSE_SHIFT_S) and wrapped around the trace span, so the span, the length
+    distributions and the minute-scale load shape are kept. ``compress``: divide all times by the scale
+    (the same requests, faster; the load shape is squeezed in time too).
+    """
+    if not math.isfinite(rate_scale) or rate_scale <= 0:
+        raise UserError(f"--rate-scale: {rate_scale!r} must be a finite number > 0")
+    if mode not in SCALE_MODES:
+        raise UserError(f"--scale-mode: {mode!r} is not one of {', '.join(SCALE_MODES)}")
+    if rate_scale == 1.0 or len(trace) == 0:
+        return trace
+    if mode == "compress":
+        return RequestTrace(trace.arrival_s / rate_scale, trace.isl, trace.osl, trace.source,
+                            _join(trace.notes, f"rate x{rate_scale:g} by compressing time"))
+    rng = np.random.default_rng(seed)
+    span = max(trace.duration_s, 1e-9)
+    full = int(math.floor(rate_scale))
+    frac = rate_scale - full
+    ts, isls, osls = [], [], []
+    for k in range(full + (1 if frac > 1e-12 else 0)):
+        keep = slice(None) if k < full else rng.random(len(trace)) < frac
+        shift = 0.0 if k == 0 else float(rng.random() * min(SUPERPOSE_SHIFT_S, span))
+        ts.append(np.mod(trace.arrival_s[keep] + shift, span + 1e-9))
+        isls.append(trace.isl[keep])
+        osls.append(trace.osl[keep])
+    t = np.concatenate(ts)
+    order = np.argsort(t, kind="stable")
+    note = (f"rate x{rate_scale:g} by superposing {full}{' + a ' + format(frac, '.2f') + ' share of one' if frac > 1e-12 else ''} "
+            f"copies shifted by random offsets < {SUPERPOSE_SHIFT_S:g} s (wrapped; seed {seed})")
+    return RequestTrace(t[order], np.concatenate(isls)[order], np.concatenate(osls)[order], trace.source,
+                        _join(trace.notes, note))
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+# ---------------------------------------------------------------------------------------------- entry
+def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, str] | None = None,
+                  rate_scale: float = 1.0, scale_mode: str = "superpose", seed: int = 0,
+                  start_s: float | None = None, duration_s: float | None = None) -> RequestTrace:
+    """Load a trace, optionally cut to [start_s, start_s + duration_s) (trace time), then scale its rate."""
+    p = Path(path)
+    if fmt not in FORMATS:
+        raise UserError(f"--format: {fmt!r} is not a known trace format; allowed: {', '.join(FORMATS)}")
+    if fmt == "azure":
+        trace = _read_csv(p, {"arrival": "TIMESTAMP", "isl": "ContextTokens", "osl": "GeneratedTokens"},
+                          "datetime", str(p))
+    elif fmt == "mooncake":
+        trace = _read_jsonl(p, {"arrival": "timestamp", "isl": "input_length", "osl": "output_length"}, "ms",
+                            str(p))
+    elif fmt == "servegen":
+        windows = load_rate_windows(p)
+        if start_s is not None or duration_s is not None:
+            lo = start_s or 0.0
+            hi = lo + duration_s if duration_s is not None else math.inf
+            keep = (windows.window_start_s >= lo) & (windows.window_start_s < hi)
+            windows = RateWindows(windows.window_start_s[keep] - lo, windows.window_s[keep],
+                                  windows.rate_rps[keep], windows.source)
+            start_s = duration_s = None
+        trace = synthesise_from_rates(windows, seed=seed)
+    else:
+        cols = dict(columns or {})
+        unit = cols.pop("time_unit", "s")
+        missing = [k for k in ("arrival", "isl", "osl") if k not in cols]
+        if missing:
+            raise UserError(f"--columns: format {fmt} needs a mapping for {', '.join(missing)} "
+                            f"(e.g. arrival=ts,isl=prompt_tokens,osl=output_tokens)")
+        if unit not in (*_UNIT_S, "datetime"):
+            raise UserError(f"--columns: time_unit {unit!r}; allowed: s, ms, us, datetime")
+        reader = _read_csv if fmt == "csv" else _read_jsonl
+        trace = reader(p, cols, unit, str(p))
+    if start_s is not None or duration_s is not None:
+        lo = start_s or 0.0
+        hi = lo + duration_s if duration_s is not None else math.inf
+        cut = trace.window(lo, hi)
+        trace = RequestTrace(cut.arrival_s - lo, cut.isl, cut.osl, cut.source,
+                             _join(cut.notes, f"cut to trace time [{lo:g}, {hi:g}) s"))
+    return scale_rate(trace, rate_scale, scale_mode, seed)
+
+
+def parse_columns(text: str | None) -> dict[str, str] | None:
+    """``arrival=ts,isl=in,osl=out[,time_unit=ms]`` -> dict (CLI helper)."""
+    if not text:
+        return None
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        if "=" not in item:
+            raise UserError(f"--columns: {item!r} is not key=value (keys: arrival, isl, osl, time_unit)")
+        k, v = item.split("=", 1)
+        if k.strip() not in ("arrival", "isl", "osl", "time_unit"):
+            raise UserError(f"--columns: unknown key {k.strip()!r}; allowed: arrival, isl, osl, time_unit")
+        out[k.strip()] = v.strip()
+    return out
+
