@@ -21,18 +21,21 @@ from planner.profiler.grids import DEFAULT_TP, SweepRequest
 
 def build_request(model: str, gpu: str, tp: str, isl: int, osl: int, ttft_ms: float, itl_ms: float,
                   isl_grid: str | None, batch_grid: str | None, context_grid: str | None,
-                  kv_link_gbps: float | None) -> SweepRequest:
+                  kv_link_gbps: float | None, device: str = "cuda", warmup: int = 3, iters: int = 20) -> SweepRequest:
     for flag, value in (("--isl", isl), ("--osl", osl)):
         if value <= 0:
             raise UserError(f"{flag}: {value} must be > 0")
     positive("--ttft-ms", ttft_ms)
     positive("--itl-ms", itl_ms)
     positive("--kv-link-gbps", kv_link_gbps)
+    if warmup < 0 or iters < 1:
+        raise UserError(f"--warmup {warmup} / --iters {iters}: need --warmup >= 0 and --iters >= 1")
     tps = int_list("--tp", tp)
     assert tps is not None
     return SweepRequest(model=model, gpu=gpu, tp=tps, isl=isl, osl=osl, ttft_ms=ttft_ms, itl_ms=itl_ms,
                         isl_grid=int_list("--isl-grid", isl_grid), batch_grid=int_list("--batch-grid", batch_grid),
-                        context_grid=int_list("--context-grid", context_grid), kv_link_gbps=kv_link_gbps)
+                        context_grid=int_list("--context-grid", context_grid), kv_link_gbps=kv_link_gbps,
+                        device=device, warmup=warmup, iters=iters)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -54,11 +57,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(help="profile JSON to write")] = Path("profile.json"),
         plots: Annotated[Path | None, typer.Option(help="directory for PNG plots")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print the selection as JSON")] = False,
+        device: Annotated[str, typer.Option(help="torch backend: cuda | cpu")] = "cuda",
+        warmup: Annotated[int, typer.Option(help="torch backend: untimed runs per point")] = 3,
+        iters: Annotated[int, typer.Option(help="torch backend: most timed runs per point (median)")] = 20,
     ) -> None:
         """Sweep TP sizes for prefill and decode, pick the best TP per stage, write a profile."""
         console = Console()
         req = build_request(model, gpu, tp, isl, osl, ttft_ms, itl_ms, isl_grid, batch_grid, context_grid,
-                            kv_link_gbps)
+                            kv_link_gbps, device, warmup, iters)
         spec = load_model(model)
         hw = load_hardware(gpu)
         for t in req.tp:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from planner.types import QUANTILES, Forecast
 
@@ -33,21 +33,32 @@ def no_forecast(horizon_s: float, model: str, reason: str, fallback: float = mat
 
 @dataclass(frozen=True)
 class _LastValueFitted:
-    value: float | None
+    history: Any  # history.Series | history.NoHistory (imported lazily: history imports this module's users)
 
     def forecast(self, horizon_s: float) -> Forecast:
-        if self.value is None:
-            return no_forecast(horizon_s, "last-value", "empty history")
-        v = max(0.0, self.value)
-        return Forecast(mean=v, quantiles={q: v for q in QUANTILES}, horizon_s=horizon_s, model="last-value")
+        from planner.forecast.empirical import forecast_from_kernel
+        from planner.forecast.history import NoHistory
+
+        if not math.isfinite(horizon_s) or horizon_s < 0:
+            return no_forecast(horizon_s, "last-value", f"horizon_s must be finite and >= 0, got {horizon_s!r}")
+        if isinstance(self.history, NoHistory):
+            return no_forecast(horizon_s, "last-value", self.history.reason, self.history.fallback)
+        y = self.history.values
+        h = self.history.steps(horizon_s)
+        # The band comes from last-value's own h-step errors on this history, so the baseline is judged
+        # on the same footing (quantiles included) as every other forecaster.
+        return forecast_from_kernel(y, y, h, horizon_s, "last-value")
 
 
 class LastValue:
+    """The baseline: the last usable value, with a band from its own past h-step errors."""
+
     name = "last-value"
 
     def fit(self, times_s: Sequence[float], values: Sequence[float]) -> Fitted:
-        _, vs = finite_history(times_s, values)
-        return _LastValueFitted(vs[-1] if vs else None)
+        from planner.forecast.history import prepare
+
+        return _LastValueFitted(prepare(times_s, values))
 
 
 def make_forecaster(name: str, **options: float) -> Forecaster:

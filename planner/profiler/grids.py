@@ -23,6 +23,13 @@ class SweepRequest:
     batch_grid: tuple[int, ...] | None = None
     context_grid: tuple[int, ...] | None = None
     kv_link_gbps: float | None = None
+    # Measuring backends only (torch): where to run, and how many untimed / timed repetitions per point.
+    device: str = "cuda"
+    warmup: int = 3
+    iters: int = 20
+    # torch backend: run the LM head (logits GEMM) in both stages, as a serving engine does. The shared
+    # measurements (shared/measurements) left it out; set False to reproduce their shapes like-for-like.
+    include_lm_head: bool = True
 
     def grids(self, max_context: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """Explicit grids are used exactly; default grids stop at the model's context length."""

@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -143,7 +143,7 @@ def _datetime_s(path: Path, line: int, column: str, text: str) -> float:
         head, frac = t.split(".", 1)
         t = f"{head}.{frac[:6]}"
     try:
-        return datetime.fromisoformat(t).timestamp()
+        return datetime.fromisoformat(t).replace(tzinfo=UTC).timestamp()
     except ValueError:
         raise UserError(f"{path}:{line}: column {column!r} value {text!r} is not a timestamp "
                         f"(expected e.g. 2023-11-16 18:15:46.6805900)") from None

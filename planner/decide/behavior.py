@@ -1,0 +1,146 @@
+"""Behaviour in HPA's vocabulary: tolerance, stabilisation windows, rate policies, floors and ceilings.
+
+Follows kube-controller-manager's ``normalizeDesiredReplicasWithBehaviors`` so operators get what the
+field names promise: the scale-up recommendation is the *minimum* of the recommendations in the scale-up
+window (a spike must persist to be acted on), the scale-down one the *maximum* in the scale-down window
+(a dip must persist); then the rate policies cap the change against the replicas the pool had at the start
+of each policy's period; then floors and ceilings. Time is an argument, never read from a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from planner.config import Behavior, PoolSpec, ScalingRules
+from planner.decide.state import PoolMemory
+from planner.types import Reason
+
+OSCILLATION_AUDIT_S = 3600.0  # how long direction changes are remembered
+# A scale-down that would reverse a scale-up, when the pool already reversed within the audit hour, must be
+# a real change (at least this share of the pool, and at least 2 replicas) and not a flap of one replica
+# around a steady load. Scale-ups are never held back: they protect the SLA.
+FLAP_SHARE = 0.2
+FLAP_MIN_REPLICAS = 2
+
+
+@dataclass(frozen=True)
+class Behaved:
+    replicas: int
+    reasons: tuple[Reason, ...]
+    memory: PoolMemory  # with this tick's recommendation recorded
+
+
+def _window(rules: Behavior) -> float:
+    return float(max(rules.scale_up.stabilization_window_s, rules.scale_down.stabilization_window_s))
+
+
+def _period(rules: Behavior) -> float:
+    periods = [p.period_s for p in (*rules.scale_up.policies, *rules.scale_down.policies)]
+    return float(max(periods, default=0))
+
+
+def _up_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, int], ...], now_s: float) -> int:
+    if rules.select_policy == "disabled":
+        return current
+    limits = []
+    for pol in rules.policies:
+        added = sum(d for t, d in events if d > 0 and t > now_s - pol.period_s)
+        start = current - added
+        if pol.type == "pods":
+            limits.append(start + pol.value)
+        else:
+            # From zero replicas a percentage allows nothing; allow the first replica.
+            limits.append(max(start + 1, math.ceil(start * (1 + pol.value / 100.0))))
+    if not limits:
+        return 10**9
+    return max(limits) if rules.select_policy == "max" else min(limits)
+
+
+def _down_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, int], ...], now_s: float) -> int:
+    if rules.select_policy == "disabled":
+        return current
+    limits = []
+    for pol in rules.policies:
+        removed = -sum(d for t, d in events if d < 0 and t > now_s - pol.period_s)
+        start = current + removed
+        if pol.type == "pods":
+            limits.append(start - pol.value)
+        else:
+            limits.append(math.floor(start * (1 - pol.value / 100.0)))
+    if not limits:
+        return 0
+    # "max" selects the policy allowing the biggest change, which for scale-down is the lowest limit.
+    return min(limits) if rules.select_policy == "max" else max(limits)
+
+
+def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior, spec: PoolSpec,
+           allow_down: bool = True) -> Behaved:
+    """The replicas to ask for this tick, the reason for every clamp, and the memory to carry forward."""
+    reasons: list[Reason] = []
+    rec = desired
+    if current > 0 and rec != current and abs(rec / current - 1.0) <= rules.tolerance:
+        rec = current
+        reasons.append(Reason.WITHIN_TOLERANCE)
+
+    keep_after = now_s - _window(rules)
+    history = tuple((t, r) for t, r in memory.recommendations if t > keep_after)
+    up_cut = now_s - rules.scale_up.stabilization_window_s
+    down_cut = now_s - rules.scale_down.stabilization_window_s
+    up_rec = min([rec, *(r for t, r in history if t > up_cut)])
+    down_rec = max([rec, *(r for t, r in history if t > down_cut)])
+    stabilised = current
+    if stabilised < up_rec:
+        stabilised = up_rec
+    if stabilised > down_rec:
+        stabilised = down_rec
+    if rec > current and stabilised < rec:
+        reasons.append(Reason.SCALE_UP_STABILIZED)
+    if rec < current and stabilised > rec:
+        reasons.append(Reason.SCALE_DOWN_STABILIZED)
+
+    out = stabilised
+    if out > current:
+        limit = _up_limit(rules.scale_up, current, memory.events, now_s)
+        if out > limit:
+            out = max(current, limit)
+            reasons.append(Reason.SCALE_UP_LIMIT)
+    elif out < current:
+        limit = _down_limit(rules.scale_down, current, memory.events, now_s)
+        if out < limit:
+            out = min(current, limit)
+            reasons.append(Reason.SCALE_DOWN_LIMIT)
+
+    if out < current and memory.last_direction > 0:
+        recent = [t for t in memory.direction_changes if t > now_s - OSCILLATION_AUDIT_S]
+        if recent and current - out < max(FLAP_MIN_REPLICAS, FLAP_SHARE * current):
+            out = current
+            reasons.append(Reason.SCALE_DOWN_STABILIZED)
+
+    if not allow_down and out < current:
+        out = current
+        reasons.append(Reason.NO_DATA_HOLD)
+    if out < spec.min_replicas:
+        out = spec.min_replicas
+        reasons.append(Reason.FLOOR)
+    if out > spec.max_replicas:
+        out = spec.max_replicas
+        reasons.append(Reason.CEILING)
+    # HPA keeps the raw recommendation (before rate limits) so the windows see the true demand.
+    memory = replace(memory, recommendations=(*history, (now_s, rec)))
+    return Behaved(out, tuple(reasons), memory)
+
+
+def commit(memory: PoolMemory, current: int, final: int, now_s: float, rules: Behavior) -> PoolMemory:
+    """Record the replicas finally decided (after the budget): a scale event and the direction audit."""
+    keep_events = now_s - _period(rules)
+    events = tuple((t, d) for t, d in memory.events if t > keep_events)
+    changes = tuple(t for t in memory.direction_changes if t > now_s - OSCILLATION_AUDIT_S)
+    direction = memory.last_direction
+    if final != current:
+        events = (*events, (now_s, final - current))
+        step = 1 if final > current else -1
+        if direction and step != direction:
+            changes = (*changes, now_s)
+        direction = step
+    return replace(memory, target=final, events=events, direction_changes=changes, last_direction=direction)

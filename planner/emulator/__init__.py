@@ -1,0 +1,1 @@
+"""Engine emulator: an OpenAI-compatible server whose token timing comes from a profile (EngineModel)."""

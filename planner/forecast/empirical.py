@@ -1,0 +1,58 @@
+"""Quantiles from a kernel's own rolling-origin errors at the requested horizon.
+
+The residuals are scaled by the forecast (``(y - f) / f``): load errors grow with load (a Poisson count's
+spread grows as its square root, a daily peak moves more than a night trough), so a relative error
+learnt at night transfers to the peak better than an absolute one. Only the most recent ``window``
+residuals are used, so the band follows the current regime.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from planner.types import QUANTILES, Forecast
+
+RESIDUAL_WINDOW = 288
+MIN_RESIDUALS = 8
+# z-scores of the normal distribution for the shipped quantiles (used while residuals are too few).
+_Z = {0.5: 0.0, 0.9: 1.2815515655446004, 0.95: 1.6448536269514722, 0.99: 2.3263478740408408}
+
+
+def residuals(y: np.ndarray, f: np.ndarray, h: int, window: int = RESIDUAL_WINDOW) -> tuple[np.ndarray, np.ndarray]:
+    """(forecast, actual) pairs of the last ``window`` origins whose target is already observed."""
+    n = len(y)
+    if n <= h:
+        return np.empty(0), np.empty(0)
+    fc, actual = f[: n - h], y[h:]
+    ok = np.isfinite(fc)
+    fc, actual = fc[ok][-window:], actual[ok][-window:]
+    return fc, actual
+
+
+def quantiles_from_residuals(y: np.ndarray, f: np.ndarray, h: int, point: float,
+                             window: int = RESIDUAL_WINDOW) -> dict[float, float]:
+    point = max(0.0, point)
+    fc, actual = residuals(y, f, h, window)
+    if len(fc) >= MIN_RESIDUALS:
+        floor = max(1e-9, 0.05 * float(np.mean(np.abs(actual))))
+        rel = (actual - fc) / np.maximum(fc, floor)
+        qs = np.quantile(rel, QUANTILES)
+        out = [point * (1.0 + float(q)) for q in qs]
+    else:
+        # Too few errors to count: a random-walk band from the step-to-step spread, widening as sqrt(h).
+        spread = float(np.std(np.diff(y))) * math.sqrt(h) if len(y) >= 3 else 0.0
+        out = [point + _Z[q] * spread for q in QUANTILES]
+    clipped = np.maximum.accumulate(np.maximum(np.asarray(out), 0.0))
+    return {q: float(v) for q, v in zip(QUANTILES, clipped, strict=True)}
+
+
+def forecast_from_kernel(y: np.ndarray, f: np.ndarray, h: int, horizon_s: float, model: str,
+                         reason: str = "") -> Forecast:
+    point = float(f[-1])
+    if not math.isfinite(point):
+        point, reason = float(y[-1]), (reason + "; " if reason else "") + "kernel undefined; last value"
+    point = max(0.0, point)
+    return Forecast(mean=point, quantiles=quantiles_from_residuals(y, f, h, point), horizon_s=horizon_s,
+                    model=model, reason=reason)

@@ -1,0 +1,115 @@
+"""Backtest report files: report.json (contract), report.md and PNG plots (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from planner.sim.backtest import BacktestResult
+
+
+def _fmt(v: object, spec: str = ".3f") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return format(v, spec) if isinstance(v, int | float) else str(v)
+
+
+def render_markdown(report: dict) -> str:
+    t = report["trace"]
+    sla = report["sla"]
+    lines = [
+        "# Backtest report", "",
+        f"Trace: `{t.get('source', '')}`: {t['requests']:,} requests over {t['duration_s'] / 60:.1f} min "
+        f"(mean {t['mean_rate_rps']:.1f} req/s, ISL mean {t['isl_mean']:.0f}, OSL mean {t['osl_mean']:.0f}).",
+        f"Scaling: {t.get('notes') or 'none'}.", "",
+        f"SLA: TTFT <= {sla['ttft_ms']:g} ms and ITL <= {sla['itl_ms']:g} ms at p{sla['percentile']:g}; "
+        f"met-ITL = {sla['met_itl']}.", "",
+        f"Simulation: {report['sim']['mode']}, start-up {report['sim']['startup_s']:g} s, "
+        f"{'kill' if report['sim']['kill'] else 'drain'} on scale-down, planner = {report['sim']['planner']}.", "",
+        "| policy | attain TTFT | attain ITL | joint | TTFT p50/p95/p99 ms | ITL p50/p95/p99 ms | GPU-h | "
+        "scale events | dir. changes/h | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, p in report["policies"].items():
+        tt, it = p["ttft_ms"], p["itl_ms"]
+        lines.append(
+            f"| {name} | {_fmt(p['attainment_ttft'], '.2%')} | {_fmt(p['attainment_itl'], '.2%')} | "
+            f"{_fmt(p['attainment_joint'], '.2%')} | {_fmt(tt['p50'], '.0f')} / {_fmt(tt['p95'], '.0f')} / "
+            f"{_fmt(tt['p99'], '.0f')} | {_fmt(it['p50'], '.1f')} / {_fmt(it['p95'], '.1f')} / {_fmt(it['p99'], '.1f')} | "
+            f"{_fmt(p['gpu_hours'], '.2f')} | {p['scale_events']} | {_fmt(p['direction_changes_per_hour'], '.1f')} | "
+            f"{p['failed_requests']} |")
+    if "oracle" in report:
+        o = report["oracle"]
+        lines += ["", f"Oracle ({o['simulations']} sub-simulations, {o['simulated_requests']:,} simulated requests, "
+                  f"{o.get('infeasible_intervals', 0)} intervals infeasible within the ceilings): {o['method']}"]
+    lines += ["", "Plots: load.png, replicas.png, latency.png.", ""]
+    return "\n".join(lines)
+
+
+def write_plots(result: BacktestResult, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths: list[Path] = []
+    tr = result.trace
+    sla = result.report["sla"]
+    # load
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    bins = np.arange(0.0, tr.duration_s + 60.0, 60.0)
+    counts, edges = np.histogram(tr.arrival_s, bins=bins)
+    ax.step(edges[:-1] / 60, counts / 60.0, where="post", label="arrivals (req/s, per minute)")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("req/s")
+    ax.set_title("Offered load")
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "load.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    # replicas per pool per policy
+    pools = [k.split(".")[0] for k in next(iter(result.replays.values())).timeline[0] if k.endswith(".ready")]
+    fig, axes = plt.subplots(len(pools), 1, figsize=(10, 3.2 * len(pools)), squeeze=False)
+    for ax, pool in zip(axes[:, 0], pools, strict=True):
+        for name, rep in result.replays.items():
+            t = np.array([row["t_s"] for row in rep.timeline]) / 60
+            n = np.array([row[f"{pool}.starting"] + row[f"{pool}.ready"] for row in rep.timeline])
+            ax.step(t, n, where="post", label=name)
+        ax.set_title(f"{pool}: replicas (starting + ready)")
+        ax.set_xlabel("minutes")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "replicas.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    # latency vs SLA
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7))
+    for key, ax, target in (("ttft_ms_p95", axes[0], sla["ttft_ms"]), ("itl_ms_p95", axes[1], sla["itl_ms"])):
+        for name, rep in result.replays.items():
+            t = np.array([row["t_s"] for row in rep.timeline]) / 60
+            v = np.array([row[key] for row in rep.timeline])
+            ax.plot(t, v, label=name, lw=1)
+        ax.axhline(target, color="k", ls="--", lw=1, label="SLA target")
+        ax.set_yscale("log")
+        ax.set_title(f"{key.replace('_', ' ')} over 30 s windows vs SLA")
+        ax.set_xlabel("minutes")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "latency.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    return paths
+
+
+def write_report(result: BacktestResult, out: Path, plots: bool = True) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "report.json", out / "report.md"]
+    paths[0].write_text(json.dumps(result.report, indent=1) + "\n")
+    paths[1].write_text(render_markdown(result.report))
+    if plots:
+        paths += write_plots(result, out)
+    return paths

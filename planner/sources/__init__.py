@@ -1,0 +1,1 @@
+"""I/O: read what the serving system is doing from Prometheus (metric dialects are data in dialects.py)."""

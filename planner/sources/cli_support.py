@@ -1,0 +1,82 @@
+"""Turning CLI arguments into a PrometheusSource, and an Observation into the contract's JSON."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.errors import UserError
+from planner.sources.dialects import DIALECTS
+from planner.sources.promql import check_selector, merge_selectors
+from planner.types import NoData, Observation, PoolObservation
+
+POOL_FIELDS = ("requests", "rate_rps", "isl_mean", "osl_mean", "ttft_ms_p50", "ttft_ms_p95", "itl_ms_p50",
+               "itl_ms_p95", "queue", "running", "kv_usage", "ttft_ms_mean", "itl_ms_mean", "ready_replicas")
+
+
+@dataclass(frozen=True)
+class ObserveArgs:
+    url: str
+    dialect: str
+    selectors: dict[str, str]
+    window_s: float
+    timeout_s: float
+    stale_after_s: float
+
+
+def resolve(prometheus: str | None, dialect: str | None, selector: str | None, policy: Path | None,
+            window_s: float, timeout_s: float, stale_after_s: float | None) -> ObserveArgs:
+    if not math.isfinite(window_s) or window_s <= 0:
+        raise UserError(f"--window-s: {window_s:g} must be a finite number > 0")
+    if not math.isfinite(timeout_s) or not 0 < timeout_s <= 120:
+        raise UserError(f"--timeout-s: {timeout_s:g} must be in (0, 120]")
+    if stale_after_s is not None and (not math.isfinite(stale_after_s) or stale_after_s <= 0):
+        raise UserError(f"--stale-after-s: {stale_after_s:g} must be a finite number > 0")
+    try:
+        extra = check_selector(selector or "")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if policy is not None:
+        from planner.config import load_policy
+
+        pol = load_policy(policy)
+        selectors = {}
+        for pool in pol.pool_names():
+            if pool not in pol.metrics.selectors:
+                raise UserError(f"{policy}: key 'metrics.selectors' has no selector for pool {pool!r}")
+            try:
+                own = check_selector(pol.metrics.selectors[pool], f"{policy}: metrics.selectors.{pool}")
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
+            selectors[pool] = merge_selectors(own, extra)  # --selector narrows every pool (e.g. namespace)
+        url = prometheus or pol.metrics.url
+        dialect = dialect or pol.metrics.dialect
+        stale = stale_after_s or pol.metrics.stale_after_intervals * pol.interval_s
+    else:
+        if prometheus is None:
+            raise UserError("--prometheus URL is required (or --policy FILE with metrics.url)")
+        url, selectors = prometheus, {"aggregated": extra}
+        dialect = dialect or "vllm"
+        stale = stale_after_s or 60.0
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"--prometheus {url!r}: expected an http:// or https:// URL")
+    if dialect not in DIALECTS:
+        raise UserError(f"--dialect {dialect!r}: allowed {', '.join(DIALECTS)}")
+    return ObserveArgs(url, dialect, selectors, window_s, timeout_s, stale)
+
+
+def _num(v: Any) -> Any:
+    return round(v, 6) if isinstance(v, float) else v
+
+
+def pool_json(p: PoolObservation) -> dict[str, Any]:
+    return {f: _num(getattr(p, f)) for f in POOL_FIELDS}
+
+
+def observation_json(result: Observation | NoData, window_s: float) -> dict[str, Any]:
+    if isinstance(result, NoData):
+        return {"status": "no_data", "reason": result.reason.value, "window_s": window_s, "pools": {}}
+    return {"status": "ok", "reason": None, "window_s": window_s,
+            "pools": {name: pool_json(p) for name, p in result.pools.items()}}

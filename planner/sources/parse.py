@@ -1,0 +1,149 @@
+"""Strict parsing of one read's query result into an Observation, or NoData with the reason.
+
+Shape (the vector result type), cardinality (one sample per pool and signal) and finiteness are checked
+here; a signal that is absent or NaN is never read as zero. Zero traffic that *is* measured (counters
+present, no increase) is zero: rate 0, latencies None.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner.sources.dialects import Dialect
+from planner.sources.promql import POOL_LABEL, Q_LABEL, QUANTILES
+from planner.types import NoData, NoDataReason, Observation, PoolObservation
+
+
+class BadResponse(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class _Problem:
+    reason: NoDataReason
+    detail: str
+
+
+def samples_by_pool(result: Any, pools: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Validate a /api/v1/query ``data.result`` (instant vector) and index it by pool and signal."""
+    if not isinstance(result, list):
+        raise BadResponse(f"result is {type(result).__name__}, expected an instant vector (list)")
+    out: dict[str, dict[str, float]] = {p: {} for p in pools}
+    for item in result:
+        # prometheus-api-client hides resultType: a scalar/string arrives as [ts, "v"] and a matrix as
+        # {"metric", "values"}; only {"metric", "value": [ts, "v"]} is an instant-vector sample.
+        if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+            raise BadResponse(f"result item {item!r:.80} is not a vector sample")
+        value = item.get("value")
+        if not (isinstance(value, list | tuple) and len(value) == 2 and isinstance(value[1], str)):
+            raise BadResponse(f"result item has no [time, \"value\"] pair (got {value!r:.60})")
+        pool, q = item["metric"].get(POOL_LABEL), item["metric"].get(Q_LABEL)
+        if pool not in out or not q:
+            raise BadResponse(f"unexpected series {item['metric']!r:.120}")
+        if q in out[pool]:
+            raise BadResponse(f"pool {pool!r} signal {q!r}: more than one sample (selector too broad?)")
+        try:
+            out[pool][q] = float(value[1])
+        except ValueError:
+            raise BadResponse(f"pool {pool!r} signal {q!r}: value {value[1]!r} is not a number") from None
+    return out
+
+
+def _need(vals: Mapping[str, float], pool: str, q: str, what: str) -> float | _Problem:
+    if q not in vals:
+        return _Problem(NoDataReason.EMPTY, f"pool {pool!r}: {what} has no series")
+    v = vals[q]
+    if not math.isfinite(v):
+        return _Problem(NoDataReason.NAN, f"pool {pool!r}: {what} is {v}")
+    return v
+
+
+def _pool(d: Dialect, pool: str, vals: Mapping[str, float], window_s: float, now_s: float,
+          stale_after_s: float) -> PoolObservation | _Problem | None:
+    """None: the pool has no series at all (empty or missing, decided by the caller)."""
+    if "newest" not in vals:
+        if vals.get("seen", 0) > 0:
+            return _Problem(NoDataReason.STALE, f"pool {pool!r}: {d.presence_gauge} went stale "
+                                                 f"(seen in the lookback, no current sample)")
+        return None
+    newest = vals["newest"]
+    if not math.isfinite(newest) or now_s - newest > stale_after_s:
+        return _Problem(NoDataReason.STALE, f"pool {pool!r}: newest {d.presence_gauge} sample is "
+                                             f"{now_s - newest:.1f}s old (> {stale_after_s:g}s)")
+    got: dict[str, float] = {}
+    names = {"completed": d.completed_counter, "running": d.running_gauge, "queue": d.queue_gauge,
+             "isl_num": d.isl.numerator, "isl_den": d.isl.denominator, "osl_num": d.osl.numerator,
+             "osl_den": d.osl.denominator, "ttft_sum": f"{d.ttft_histogram}_sum",
+             "ttft_count": f"{d.ttft_histogram}_count", "itl_sum": f"{d.itl_histogram}_sum",
+             "itl_count": f"{d.itl_histogram}_count"}
+    names.update({f"in_now_{i}": g for i, g in enumerate(d.in_system_gauges)})
+    for q, what in names.items():
+        v = _need(vals, pool, q, what)
+        if isinstance(v, _Problem):
+            return v
+        got[q] = v
+    before = 0.0  # the pool did not exist W ago: nothing was in flight then
+    for i, gauge in enumerate(d.in_system_gauges):
+        v = vals.get(f"in_before_{i}", 0.0)
+        if not math.isfinite(v):
+            return _Problem(NoDataReason.NAN, f"pool {pool!r}: {gauge} offset {window_s:g}s is {v}")
+        before += v
+    in_now = sum(got[f"in_now_{i}"] for i in range(len(d.in_system_gauges)))
+    started = max(0.0, got["completed"] + in_now - before)
+
+    lat: dict[str, float | None] = {}
+    for name, hist in (("ttft", d.ttft_histogram), ("itl", d.itl_histogram)):
+        count = got[f"{name}_count"]
+        lat[f"{name}_mean"] = got[f"{name}_sum"] / count * 1e3 if count > 0 else None
+        for label, _ in QUANTILES:
+            lat[f"{name}_{label}"] = None
+            if count > 0:  # with no observation histogram_quantile is NaN by definition: nothing to measure
+                v = _need(vals, pool, f"{name}_{label}", f"histogram_quantile of {hist}_bucket")
+                if isinstance(v, _Problem):
+                    return v
+                lat[f"{name}_{label}"] = v * 1e3
+    kv: float | None = None
+    if d.kv_usage_gauge is not None and "kv" in vals:
+        kv_v = _need(vals, pool, "kv", d.kv_usage_gauge)
+        if isinstance(kv_v, _Problem):
+            return kv_v
+        kv = min(1.0, max(0.0, kv_v * d.kv_usage_scale))
+    return PoolObservation(
+        requests=started,
+        rate_rps=started / window_s,
+        isl_mean=got["isl_num"] / got["isl_den"] if got["isl_den"] > 0 else None,
+        osl_mean=got["osl_num"] / got["osl_den"] if got["osl_den"] > 0 else None,
+        ttft_ms_p50=lat["ttft_p50"], ttft_ms_p95=lat["ttft_p95"], ttft_ms_mean=lat["ttft_mean"],
+        itl_ms_p50=lat["itl_p50"], itl_ms_p95=lat["itl_p95"], itl_ms_mean=lat["itl_mean"],
+        queue=max(0.0, got["queue"]), running=max(0.0, got["running"]), kv_usage=kv,
+        ready_replicas=int(vals.get("fresh", 0.0)),
+    )
+
+
+def parse_read(result: Any, d: Dialect, pools: Sequence[str], window_s: float, now_s: float,
+               stale_after_s: float) -> Observation | NoData:
+    try:
+        by_pool = samples_by_pool(result, pools)
+    except BadResponse as exc:
+        return NoData(NoDataReason.BAD_RESPONSE, str(exc), now_s)
+    observed: dict[str, PoolObservation] = {}
+    missing: list[str] = []
+    for pool in pools:
+        got = _pool(d, pool, by_pool[pool], window_s, now_s, stale_after_s)
+        if isinstance(got, _Problem):
+            return NoData(got.reason, got.detail, now_s)
+        if got is None:
+            missing.append(pool)
+        else:
+            observed[pool] = got
+    if missing and not observed:
+        return NoData(NoDataReason.EMPTY, f"no {d.presence_gauge} series for pool(s) {', '.join(missing)} "
+                                          f"(dialect {d.name}; check the selectors)", now_s)
+    if missing:
+        return NoData(NoDataReason.MISSING_POOL, f"pool(s) {', '.join(missing)} have no "
+                                                 f"{d.presence_gauge} series while "
+                                                 f"{', '.join(observed)} do", now_s)
+    return Observation(at_s=now_s, window_s=window_s, pools=observed)

@@ -1,0 +1,172 @@
+"""Every metric the planner exports, defined once (dashboards and alerts may name only these).
+
+Units follow Prometheus conventions (seconds, ratios); label values are bounded: ``policy`` and ``pool``
+come from the policy file, ``reason`` from the closed Reason enum, ``kind`` from ERROR_KINDS, ``signal``
+from the missing-signal detector's fixed list. A value the planner does not have (no observation, no
+prediction) *removes* the series instead of writing 0: a dashboard then shows a gap, never a fake zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from planner.service.signals import SignalStatus
+from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason
+
+ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + ("forecast", "decide", "actuate", "internal")
+TICK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class PlannerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        pp = ["policy", "pool"]
+        self.desired_replicas = Gauge("planner_desired_replicas", "Replicas the planner asks for (contract: "
+                                      "KEDA/HPA scale on this with AverageValue 1).", pp, registry=r)
+        self.desired_unclamped_replicas = Gauge("planner_desired_unclamped_replicas", "Replicas the SLA "
+                                                "model asked for before behaviour, limits and budget.", pp,
+                                                registry=r)
+        self.ready_replicas = Gauge("planner_ready_replicas", "Live engine replicas seen in the last "
+                                    "observation.", pp, registry=r)
+        self.gpus_desired = Gauge("planner_gpus_desired", "GPUs the desired replicas use.", ["policy"], registry=r)
+        self.gpus_in_use = Gauge("planner_gpus_in_use", "GPUs of the ready replicas.", ["policy"], registry=r)
+        self.forecast_mean = Gauge("planner_forecast_mean", "Forecast mean at the decision horizon; signal is "
+                                   "rate_rps, isl_tokens or osl_tokens.", ["policy", "signal"], registry=r)
+        self.forecast_quantile = Gauge("planner_forecast_quantile", "Forecast quantiles at the decision "
+                                       "horizon.", ["policy", "signal", "quantile"], registry=r)
+        self.observed_rate = Gauge("planner_observed_rate_rps", "Requests started per second over the "
+                                   "observation window.", pp, registry=r)
+        self.observed_ttft = Gauge("planner_observed_ttft_seconds", "Observed TTFT; stat is p50, p95 or "
+                                   "mean.", [*pp, "stat"], registry=r)
+        self.observed_itl = Gauge("planner_observed_itl_seconds", "Observed ITL; stat is p50, p95 or mean.",
+                                  [*pp, "stat"], registry=r)
+        self.predicted_ttft = Gauge("planner_predicted_ttft_seconds", "TTFT the profile predicts for the "
+                                    "chosen sizes (pool=\"all\": end to end).", pp, registry=r)
+        self.predicted_itl = Gauge("planner_predicted_itl_seconds", "ITL the profile predicts for the chosen "
+                                   "sizes.", pp, registry=r)
+        self.calibration_factor = Gauge("planner_calibration_factor", "Observed/predicted correction "
+                                        "applied to the profile.", ["policy", "factor"], registry=r)
+        self.last_decision_reason = Gauge("planner_last_decision_reason", "1 for each reason of the last "
+                                          "decision, 0 for the others.", ["policy", "reason"], registry=r)
+        self.decisions = Counter("planner_decisions", "Decisions by reason.", ["policy", "reason"], registry=r)
+        self.signal_seconds_since_good = Gauge("planner_signal_seconds_since_good", "Seconds since the "
+                                               "signal was last good.", ["policy", "signal"], registry=r)
+        self.signal_missing = Gauge("planner_signal_missing", "1 while a needed signal has been absent or "
+                                    "stale for the configured number of intervals.", ["policy", "signal"],
+                                    registry=r)
+        self.ready = Gauge("planner_ready", "1 when every needed signal is present, 0 when degraded.",
+                           ["policy"], registry=r)
+        self.tick_duration = Histogram("planner_tick_duration_seconds", "Duration of one control tick.",
+                                       ["policy"], buckets=TICK_BUCKETS_S, registry=r)
+        self.read_duration = Histogram("planner_observation_read_seconds", "Duration of one metrics read.",
+                                       ["policy"], buckets=TICK_BUCKETS_S, registry=r)
+        self.errors = Counter("planner_errors", "Errors by kind.", ["policy", "kind"], registry=r)
+
+    def family_names(self) -> frozenset[str]:
+        return frozenset(m.name for m in self.registry.collect())
+
+
+def exported_series_names(metrics: PlannerMetrics | None = None) -> frozenset[str]:
+    """Every series name the planner can expose (with _total/_bucket/_sum/_count), for dashboard checks."""
+    m = metrics or PlannerMetrics()
+    names: set[str] = set()
+    for family in m.registry.collect():
+        if family.type == "counter":
+            names.update({f"{family.name}_total"})
+        elif family.type == "histogram":
+            names.update({f"{family.name}_bucket", f"{family.name}_sum", f"{family.name}_count"})
+        else:
+            names.add(family.name)
+    return frozenset(names)
+
+
+def _set(gauge: Gauge, labels: Mapping[str, str], value: float | None, scale: float = 1.0) -> None:
+    if value is None or not math.isfinite(value):
+        try:
+            gauge.remove(*labels.values())
+        except KeyError:
+            pass
+        return
+    gauge.labels(**labels).set(value * scale)
+
+
+def record_decision(metrics: PlannerMetrics, policy: str, decision: Decision,
+                    forecast: LoadForecast | None = None, observation: Observation | NoData | None = None) -> None:
+    """Export one tick's decision, the forecast it used and the observation it saw."""
+    reasons = set(decision.reasons)
+    for pool, d in decision.pools.items():
+        labels = {"policy": policy, "pool": pool}
+        metrics.desired_replicas.labels(**labels).set(d.replicas)
+        _set(metrics.desired_unclamped_replicas, labels, d.desired_unclamped)
+        _set(metrics.predicted_ttft, labels, d.predicted_ttft_ms, 1e-3)
+        _set(metrics.predicted_itl, labels, d.predicted_itl_ms, 1e-3)
+        reasons.update(d.reasons)
+    _set(metrics.predicted_ttft, {"policy": policy, "pool": "all"}, decision.predicted_ttft_ms, 1e-3)
+    _set(metrics.predicted_itl, {"policy": policy, "pool": "all"}, decision.predicted_itl_ms, 1e-3)
+    metrics.gpus_desired.labels(policy=policy).set(decision.gpus)
+    for reason in Reason:
+        metrics.last_decision_reason.labels(policy=policy, reason=reason.value).set(1 if reason in reasons else 0)
+    for reason in reasons:
+        metrics.decisions.labels(policy=policy, reason=Reason(reason).value).inc()
+    for key, value in decision.detail.items():
+        # The decider reports its bounded corrections as detail["ttft_factor"] / detail["itl_factor"].
+        if key.endswith("_factor") and isinstance(value, int | float):
+            _set(metrics.calibration_factor, {"policy": policy, "factor": key.removesuffix("_factor")},
+                 float(value))
+    if forecast is not None:
+        record_forecast(metrics, policy, forecast)
+    if observation is not None:
+        record_observation(metrics, policy, observation, decision)
+
+
+def record_forecast(metrics: PlannerMetrics, policy: str, forecast: LoadForecast) -> None:
+    for signal, f in (("rate_rps", forecast.rate_rps), ("isl_tokens", forecast.isl_tokens),
+                      ("osl_tokens", forecast.osl_tokens)):
+        _set(metrics.forecast_mean, {"policy": policy, "signal": signal}, f.mean if f.ok else None)
+        for q, v in f.quantiles.items():
+            _set(metrics.forecast_quantile, {"policy": policy, "signal": signal, "quantile": f"{q:g}"},
+                 v if f.ok else None)
+
+
+def record_observation(metrics: PlannerMetrics, policy: str, observation: Observation | NoData,
+                       decision: Decision | None = None) -> None:
+    if isinstance(observation, NoData):
+        record_error(metrics, policy, f"no_data_{observation.reason.value}")
+        return
+    gpus = 0
+    known = decision is not None
+    for pool, o in observation.pools.items():
+        labels = {"policy": policy, "pool": pool}
+        _set(metrics.observed_rate, labels, o.rate_rps)
+        _set(metrics.ready_replicas, labels, None if o.ready_replicas is None else float(o.ready_replicas))
+        for stat, ttft, itl in (("p50", o.ttft_ms_p50, o.itl_ms_p50), ("p95", o.ttft_ms_p95, o.itl_ms_p95),
+                                ("mean", o.ttft_ms_mean, o.itl_ms_mean)):
+            _set(metrics.observed_ttft, {**labels, "stat": stat}, ttft, 1e-3)
+            _set(metrics.observed_itl, {**labels, "stat": stat}, itl, 1e-3)
+        if decision is not None and pool in decision.pools and o.ready_replicas is not None:
+            gpus += o.ready_replicas * decision.pools[pool].gpus_per_replica
+        else:
+            known = False
+    _set(metrics.gpus_in_use, {"policy": policy}, float(gpus) if known else None)
+
+
+def record_signals(metrics: PlannerMetrics, policy: str, status: SignalStatus) -> None:
+    for signal, age in status.seconds_since_good.items():
+        labels = {"policy": policy, "signal": signal}
+        _set(metrics.signal_seconds_since_good, labels, age)
+        metrics.signal_missing.labels(**labels).set(1 if signal in status.missing else 0)
+    metrics.ready.labels(policy=policy).set(1 if status.ready else 0)
+
+
+def record_error(metrics: PlannerMetrics, policy: str, kind: str) -> None:
+    metrics.errors.labels(policy=policy, kind=kind if kind in ERROR_KINDS else "internal").inc()
+
+
+def record_tick(metrics: PlannerMetrics, policy: str, seconds: float, read_seconds: float | None = None) -> None:
+    metrics.tick_duration.labels(policy=policy).observe(seconds)
+    if read_seconds is not None:
+        metrics.read_duration.labels(policy=policy).observe(read_seconds)

@@ -1,0 +1,267 @@
+"""Engine emulator: OpenAI API (SSE and not), usage counts, vLLM metrics, continuous batching."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from planner.cli import run
+from planner.emulator.app import create_app, engine_model_for
+from planner.emulator.engine import EmulatedEngine
+from planner.emulator.vllm_metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S, VllmMetrics, buckets_1_2_5
+from planner.perf.curves import DecodeCurve, PrefillCurve
+from planner.perf.engine import EngineModel
+from planner.profile import load_profile
+from planner.service.background import BackgroundServer
+
+PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "h200" / "qwen3-0.6b.json"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[BackgroundServer]:
+    app = create_app(engine_model_for(load_profile(PROFILE), "aggregated"), "qwen3-0.6b", time_scale=0.05)
+    with BackgroundServer(app) as s:
+        s.app = app  # type: ignore[attr-defined]
+        yield s
+
+
+def metrics(url: str) -> dict[tuple[str, tuple], float]:
+    text = httpx.get(f"{url}/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def value(url: str, name: str, **labels: str) -> float:
+    return sum(v for (n, lab), v in metrics(url).items() if n == name and labels.items() <= dict(lab).items())
+
+
+def sse(url: str, path: str, body: dict) -> list[str]:
+    with httpx.stream("POST", f"{url}{path}", json=body, timeout=30) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        return [line[len("data: "):] for line in r.iter_lines() if line.startswith("data: ")]
+
+
+def test_completion_usage_and_text(server: BackgroundServer) -> None:
+    r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "one two  three\nfour", "max_tokens": 6})
+    body = r.json()
+    assert r.status_code == 200 and body["object"] == "text_completion" and body["model"] == "qwen3-0.6b"
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
+    assert len(body["choices"][0]["text"].split()) == 6 and body["choices"][0]["finish_reason"] == "length"
+
+
+def test_chat_completion_counts_every_message(server: BackgroundServer) -> None:
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi there you"}]}]
+    body = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": msgs, "max_tokens": 3}).json()
+    assert body["object"] == "chat.completion" and body["usage"]["prompt_tokens"] == 5
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert len(body["choices"][0]["message"]["content"].split()) == 3
+
+
+@pytest.mark.parametrize("usage", [True, False], ids=["with-usage", "without-usage"])
+def test_completion_stream(server: BackgroundServer, usage: bool) -> None:
+    body = {"prompt": "a b c", "max_tokens": 4, "stream": True, "stream_options": {"include_usage": usage}}
+    events = sse(server.url, "/v1/completions", body)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    texts = [c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is None]
+    assert len(texts) == 4 and all(t.startswith(" ") for t in texts)
+    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert [f["choices"][0]["finish_reason"] for f in finals] == ["length"]
+    usage_chunks = [c["usage"] for c in chunks if "usage" in c]
+    assert usage_chunks == ([{"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}] if usage else [])
+
+
+def test_chat_stream_deltas(server: BackgroundServer) -> None:
+    events = sse(server.url, "/v1/chat/completions",
+                 {"messages": [{"role": "user", "content": "x y"}], "max_tokens": 3, "stream": True})
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert sum(1 for c in chunks if c["choices"][0]["delta"].get("content")) == 3
+
+
+BAD = [
+    ("no-prompt", "/v1/completions", {"max_tokens": 3}, "prompt"),
+    ("empty-prompt", "/v1/completions", {"prompt": "   "}, "empty"),
+    ("zero-max-tokens", "/v1/completions", {"prompt": "a", "max_tokens": 0}, "max_tokens"),
+    ("string-max-tokens", "/v1/completions", {"prompt": "a", "max_tokens": "5"}, "max_tokens"),
+    ("n-2", "/v1/completions", {"prompt": "a", "n": 2}, "n=1"),
+    ("stream-not-bool", "/v1/completions", {"prompt": "a", "stream": "yes"}, "stream"),
+    ("no-messages", "/v1/chat/completions", {"messages": []}, "messages"),
+    ("bad-content", "/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}, "content"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "word"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_requests_are_400_with_a_message(server: BackgroundServer, path: str, body: dict, word: str) -> None:
+    r = httpx.post(f"{server.url}{path}", json=body)
+    assert r.status_code == 400 and word in r.json()["error"]["message"]
+
+
+def test_invalid_json_is_400(server: BackgroundServer) -> None:
+    r = httpx.post(f"{server.url}/v1/completions", content=b"{nope", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+
+
+def test_vllm_metric_names_labels_and_buckets(server: BackgroundServer) -> None:
+    text = httpx.get(f"{server.url}/metrics").text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        assert fams[name].type == "gauge"
+    for name in ("vllm:request_success", "vllm:prompt_tokens", "vllm:generation_tokens"):
+        assert fams[name].type == "counter"
+    assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="qwen3-0.6b"}' in text
+    for name, bounds in (("vllm:time_to_first_token_seconds", TTFT_BUCKETS_S),
+                         ("vllm:inter_token_latency_seconds", ITL_BUCKETS_S)):
+        les = [float(s.labels["le"]) for s in fams[name].samples if s.name.endswith("_bucket")]
+        assert les == [*bounds, float("inf")]
+        assert all(s.labels["model_name"] == "qwen3-0.6b" and s.labels["engine"] == "0" for s in fams[name].samples)
+
+
+def test_counters_follow_what_was_served() -> None:
+    app = create_app(engine_model_for(load_profile(PROFILE), "decode"), "m", time_scale=0.05)
+    with BackgroundServer(app) as s:
+        sizes = [(3, 2), (5, 7), (1, 1)]
+        for words, out in sizes:
+            httpx.post(f"{s.url}/v1/completions", json={"prompt": "w " * words, "max_tokens": out}, timeout=30)
+        assert value(s.url, "vllm:request_success_total", finished_reason="length") == 3
+        assert value(s.url, "vllm:prompt_tokens_total") == 9
+        assert value(s.url, "vllm:generation_tokens_total") == 10
+        assert value(s.url, "vllm:request_prompt_tokens_sum") == 9
+        assert value(s.url, "vllm:time_to_first_token_seconds_count") == 3
+        assert value(s.url, "vllm:inter_token_latency_seconds_count") == 10 - 3  # gaps between tokens
+        assert value(s.url, "vllm:num_requests_running") == 0
+
+
+def test_client_disconnect_aborts() -> None:
+    app = create_app(engine_model_for(load_profile(PROFILE), "aggregated"), "m", time_scale=0.05)
+    with BackgroundServer(app) as s:
+        body = {"prompt": "a b", "max_tokens": 1_000_000, "stream": True}
+        with httpx.stream("POST", f"{s.url}/v1/completions", json=body, timeout=30) as r:
+            for i, _ in enumerate(r.iter_lines()):
+                if i > 5:
+                    break
+        deadline = time.monotonic() + 10
+        while value(s.url, "vllm:request_success_total", finished_reason="abort") < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert value(s.url, "vllm:request_success_total", finished_reason="abort") == 1
+        assert value(s.url, "vllm:num_requests_running") == 0
+
+
+# ------------------------------------------------------------------------------ scheduler, no HTTP
+def tiny_model(chunk_tokens: int = 8192, kv_capacity_tokens: int = 10**6, max_batch: int = 256) -> EngineModel:
+    prefill = PrefillCurve.from_points([(1, 0.01), (10_000, 0.02)], 1)
+    decode = DecodeCurve.from_points([(1, 100, 0.01), (256, 100, 0.02)], 1, kv_capacity_tokens, max_batch)
+    return EngineModel(prefill, decode, chunk_tokens)
+
+
+def run_engine(model: EngineModel, requests: list[tuple[int, int]]) -> EmulatedEngine:
+    async def main() -> EmulatedEngine:
+        engine = EmulatedEngine(model, VllmMetrics("m", 4096), time_scale=1e-3)
+        engine.start()
+        seqs = [engine.submit(p, o) for p, o in requests]  # one synchronous block: all arrive together
+        for seq in seqs:
+            while await seq.tokens.get() is not None:
+                pass
+        await engine.stop()
+        return engine
+
+    return asyncio.run(main())
+
+
+CASES = [
+    # (model, requests (prompt, max_tokens), iterations): batching shares iterations, never adds them
+    ("one-request", tiny_model(), [(10, 5)], 5),
+    ("continuous-batching", tiny_model(), [(10, 5)] * 4, 5),  # sequentially it would be 20
+    ("chunked-prefill", tiny_model(chunk_tokens=8), [(20, 1)], 3),  # 8 + 8 + 4 prompt tokens
+    ("max-batch", tiny_model(max_batch=2), [(10, 5)] * 3, 10),  # third waits for a slot
+    ("kv-capacity", tiny_model(kv_capacity_tokens=30), [(10, 5)] * 3, 10),  # 2 x 15 tokens fill the KV
+]
+
+
+@pytest.mark.parametrize(("model", "requests", "iterations"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_scheduler_iterations(model: EngineModel, requests: list[tuple[int, int]], iterations: int) -> None:
+    engine = run_engine(model, requests)
+    assert engine.iterations == iterations
+    assert [s.generation_tokens for s in engine.served] == [o for _, o in requests]
+    assert all(s.finished_reason == "length" for s in engine.served)
+
+
+def test_prefill_takes_at_least_the_profile_time() -> None:
+    model = engine_model_for(load_profile(PROFILE), "prefill")
+    engine = asyncio.run(_one(model, prompt=2000))
+    # a lower bound implied by the model (sleeps never end early by more than the timer resolution)
+    assert engine.ttft_s[0] >= model.prefill_s(2000) * 0.5 - 0.002
+
+
+async def _one(model: EngineModel, prompt: int) -> EmulatedEngine:
+    engine = EmulatedEngine(model, VllmMetrics("m", 4096), time_scale=0.5)
+    engine.start()
+    seq = engine.submit(prompt, 1)
+    while await seq.tokens.get() is not None:
+        pass
+    await engine.stop()
+    return engine
+
+
+def test_roles_use_the_profile_curves_at_the_selected_tp() -> None:
+    profile = load_profile(PROFILE)
+    pre, dec = engine_model_for(profile, "prefill"), engine_model_for(profile, "decode")
+    assert pre.prefill == profile.prefill_curve(profile.selected_tp("prefill"))
+    assert dec.decode == profile.decode_curve(profile.selected_tp("decode"))
+    with pytest.raises(ValueError, match="role"):
+        engine_model_for(profile, "both")
+
+
+def test_token_buckets_are_1_2_5() -> None:
+    assert buckets_1_2_5(100) == (1, 2, 5, 10, 20, 50, 100)
+    assert buckets_1_2_5(4) == (1, 2)
+
+
+@pytest.mark.parametrize(("args", "word"), [
+    (["--role", "both"], "--role"),
+    (["--time-scale", "0"], "--time-scale"),
+    (["--port", "70000"], "--port"),
+], ids=["bad-role", "zero-time-scale", "bad-port"])
+def test_emulate_bad_arguments_exit_2(args: list[str], word: str, capsys) -> None:
+    assert run(["emulate", "--profile", str(PROFILE), *args]) == 2
+    assert word in capsys.readouterr().err
+
+
+def test_emulate_missing_profile_exit_2(capsys) -> None:
+    assert run(["emulate", "--profile", "/nonexistent/p.json"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_planner_emulate_serves_over_http() -> None:
+    import subprocess
+    import sys
+
+    from planner.sources.local_prometheus import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "emulate", "--profile", str(PROFILE), "--role",
+                             "decode", "--port", str(port), "--time-scale", "0.05", "--model-name", "tiny"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "a b", "max_tokens": 2})
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+                time.sleep(0.1)
+        assert r.json()["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+        assert r.json()["model"] == "tiny"
+        assert 'model_name="tiny"' in httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,75 @@
+"""Policy format: the documented example equals the defaults; errors name the key, the value and the range."""
+
+from __future__ import annotations
+
+import pytest
+from test_decide_support import EXAMPLE, REPO, example_data
+
+from planner.cli import run
+from planner.config import Policy, load_policy, parse_policy
+from planner.errors import UserError
+
+
+def test_example_yaml_parses_to_the_defaults() -> None:
+    data = example_data()
+    parsed = parse_policy(data, str(EXAMPLE))
+    # Only the required fields: everything else must come out equal to the schema defaults.
+    minimal = Policy.model_validate({k: data[k] for k in ("name", "profile", "pools")})
+    assert parsed == minimal
+    assert parsed.model_dump() == minimal.model_dump()
+
+
+def test_example_loads_and_resolves_its_profile() -> None:
+    p = load_policy(EXAMPLE)
+    assert p.profile.endswith("profiles/h200/qwen3-32b.json")
+    assert (REPO / "profiles" / "h200" / "qwen3-32b.json").samefile(p.profile)
+
+
+@pytest.mark.parametrize("over, needles", [
+    pytest.param({"sla": {"ttft_ms": -5}}, ["sla.ttft_ms", "-5", "gt 0"], id="negative-ttft"),
+    pytest.param({"sla": {"percentile": 100}}, ["sla.percentile", "100", "le 99.9"], id="percentile-too-high"),
+    pytest.param({"forecast": {"quantile": 0.3}}, ["forecast.quantile", "0.3", "ge 0.5"], id="quantile-low"),
+    pytest.param({"interval_s": 0}, ["interval_s", "ge 1"], id="interval-zero"),
+    pytest.param({"behavior": {"tolerance": 1.5}}, ["behavior.tolerance", "1.5", "lt 1"], id="tolerance"),
+    pytest.param({"budget": {"max_gpus": 0}}, ["budget.max_gpus", "ge 1"], id="budget-zero"),
+    pytest.param({"sla": {"ttft": 1}}, ["unknown key", "sla.ttft"], id="unknown-key"),
+    pytest.param({"mode": "hybrid"}, ["mode", "hybrid"], id="bad-mode"),
+    pytest.param({"pools": {"prefill": {"min_replicas": 5, "max_replicas": 2}}}, ["min_replicas 5", "max_replicas 2"],
+                 id="floor-above-ceiling"),
+    pytest.param({"behavior": {"scale_up": {"policies": [{"type": "pct", "value": 1, "period_s": 1}]}}},
+                 ["behavior.scale_up.policies.0.type", "pct"], id="bad-policy-type"),
+])
+def test_bad_policy_errors_name_key_value_and_range(over, needles) -> None:
+    from test_decide_support import merge
+
+    data = merge(example_data(), over)
+    with pytest.raises(UserError) as err:
+        parse_policy(data, "p.yaml")
+    msg = str(err.value)
+    assert msg.startswith("p.yaml: ") and "\n" not in msg
+    for needle in needles:
+        assert needle in msg, msg
+
+
+def test_aggregated_mode_needs_its_pool() -> None:
+    data = example_data()
+    data["mode"] = "aggregated"
+    with pytest.raises(UserError, match="pools.aggregated"):
+        parse_policy(data, "p.yaml")
+
+
+def test_cli_reports_a_bad_policy_in_one_line(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("ttft_ms: 1000", "ttft_ms: -1"))
+    rc = run(["plan", "--policy", str(bad), "--rate-rps", "10", "--isl", "1000", "--osl", "200"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "sla.ttft_ms" in err and "-1" in err and "Traceback" not in err
+
+
+def test_cli_reports_invalid_yaml_with_its_line(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nsla: {ttft_ms: [1,\n")
+    rc = run(["plan", "--policy", str(bad), "--rate-rps", "10", "--isl", "1000", "--osl", "200"])
+    assert rc == 2
+    assert "not valid YAML (line" in capsys.readouterr().err

@@ -1,0 +1,181 @@
+"""Backtest harness: report contract, baselines, oracle, CLI errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from planner.cli import run
+from planner.config import load_policy
+from planner.profile import load_profile
+from planner.sim.backtest import direction_changes, run_backtest
+from planner.sim.baselines import DynamoSLAController, ReactiveController, StaticController
+from planner.sim.traces import sinusoid
+from planner.types import NoData, NoDataReason, Observation, PoolObservation
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles/h200/qwen3-32b.json"
+POLICY_KEYS = {"requests", "attainment_ttft", "attainment_itl", "attainment_joint", "ttft_ms", "itl_ms", "gpu_hours",
+               "scale_events", "direction_changes_per_hour", "failed_requests"}
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = yaml.safe_load((REPO / "policies/example.yaml").read_text())
+    data["profile"] = str(PROFILE)
+    data["startup_s"] = 60
+    p = tmp_path_factory.mktemp("pol") / "policy.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tr = sinusoid(25.0, 15.0, 400.0, 600.0, isl=1000, osl=150, seed=5)
+    p = tmp_path_factory.mktemp("tr") / "trace.csv"
+    lines = ["t,isl,osl"] + [f"{t:.4f},{i},{o}" for t, i, o in zip(tr.arrival_s, tr.isl, tr.osl, strict=True)]
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_cli_backtest_writes_the_report_contract(tmp_path: Path, policy_file: Path, trace_file: Path) -> None:
+    out = tmp_path / "out"
+    rc = run(["backtest", "--trace", str(trace_file), "--format", "csv", "--columns", "arrival=t,isl=isl,osl=osl",
+              "--profile", str(PROFILE), "--policy", str(policy_file), "--out", str(out), "--workers", "1"])
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["policies"]) == {"planner", "static", "reactive", "dynamo-sla", "oracle"}
+    for name, p in report["policies"].items():
+        assert POLICY_KEYS <= set(p), name
+        assert p["requests"] == report["trace"]["requests"]
+        assert 0 <= p["attainment_joint"] <= min(p["attainment_ttft"], p["attainment_itl"]) + 1e-12
+        assert p["gpu_hours"] > 0
+    for png in ("load.png", "replicas.png", "latency.png"):
+        assert (out / png).stat().st_size > 1000
+    assert "| oracle |" in (out / "report.md").read_text()
+    oracle = report["policies"]["oracle"]
+    # the oracle meets the SLA it was searched for, and static (at the oracle's peak) costs at least as much
+    assert oracle["attainment_ttft"] >= 0.93 and oracle["attainment_itl"] >= 0.93
+    assert report["policies"]["static"]["gpu_hours"] >= oracle["gpu_hours"] * 0.95
+    assert "sub-simulations" in report["oracle"]["method"]
+
+
+def test_kill_mode_and_seed_are_recorded(tmp_path: Path, policy_file: Path, trace_file: Path) -> None:
+    res = run_backtest(_load(trace_file), load_profile(PROFILE), load_policy(policy_file), baselines=["reactive"],
+                       kill=True, seed=3)
+    assert res.report["sim"]["kill"] is True and res.report["sim"]["seed"] == 3
+    assert set(res.report["policies"]) == {"planner", "reactive"}
+
+
+def _load(path: Path):  # noqa: ANN202
+    from planner.sim.traces import load_requests
+
+    return load_requests(path, "csv", columns={"arrival": "t", "isl": "isl", "osl": "osl"})
+
+
+@pytest.mark.parametrize("argv_extra,needle", [
+    (["--format", "parquet"], "not a known trace format"),
+    (["--baselines", "static,magic"], "unknown magic"),
+    (["--rate-scale", "-1"], "rate-scale"),
+], ids=["format", "baseline", "rate-scale"])
+def test_cli_bad_input_exits_2(tmp_path: Path, policy_file: Path, trace_file: Path, capsys: pytest.CaptureFixture,
+                               argv_extra: list[str], needle: str) -> None:
+    argv = ["backtest", "--trace", str(trace_file), "--format", "csv", "--columns", "arrival=t,isl=isl,osl=osl",
+            "--profile", str(PROFILE), "--policy", str(policy_file), "--out", str(tmp_path)]
+    rc = run(argv + argv_extra)
+    assert rc == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_request_longer_than_the_context_is_a_clear_error(tmp_path: Path, policy_file: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    p = tmp_path / "long.csv"
+    p.write_text("t,isl,osl\n0,100,10\n1,50000,10\n")
+    rc = run(["backtest", "--trace", str(p), "--format", "csv", "--columns", "arrival=t,isl=isl,osl=osl",
+              "--profile", str(PROFILE), "--policy", str(policy_file), "--out", str(tmp_path / "o")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "request #1" in err and "50000" in err
+
+
+# ------------------------------------------------------------------------------------------ baselines
+def _obs(rate: float, isl: float = 1000, osl: float = 200, ttft: float = 300, itl: float = 20, queue: float = 0,
+         kv: float = 0.3, ready: int = 2, running: float = 100) -> Observation:
+    po = PoolObservation(requests=rate * 60, rate_rps=rate, isl_mean=isl, osl_mean=osl, ttft_ms_mean=ttft,
+                         ttft_ms_p95=ttft, itl_ms_mean=itl, itl_ms_p95=itl, queue=queue, running=running, kv_usage=kv,
+                         ready_replicas=ready)
+    return Observation(at_s=0.0, window_s=60.0, pools={"prefill": po, "decode": po})
+
+
+@pytest.fixture(scope="module")
+def pol(policy_file: Path):  # noqa: ANN201
+    return load_policy(policy_file)
+
+
+def test_dynamo_sla_follows_its_formula(pol) -> None:  # noqa: ANN001
+    prof = load_profile(PROFILE)
+    ctl = DynamoSLAController(pol, prof, {"prefill": 1, "decode": 1})
+    pc = prof.prefill_curve(prof.selected_tp("prefill"))
+    obs = _obs(20.0, ttft=pc.ttft_ms(1000).value)  # cf_p = 1
+    d = ctl.tick(obs, 180.0)
+    expect_p = int(np.ceil(20.0 * 180 * 1000 / 180 / pc.tokens_per_s_per_gpu(1000) / pc.gpus))
+    assert d.pools["prefill"].replicas == expect_p
+    # doubling observed TTFT cannot raise prefill (Dynamo's min(1, cf_p))
+    assert ctl.tick(_obs(20.0, ttft=2 * pc.ttft_ms(1000).value), 360.0).pools["prefill"].replicas == expect_p
+    # a worse observed ITL than the profile predicts raises decode
+    lo = ctl.tick(_obs(20.0, itl=5.0), 540.0).pools["decode"].replicas
+    hi = ctl.tick(_obs(20.0, itl=80.0), 720.0).pools["decode"].replicas
+    assert hi > lo
+    held = ctl.tick(NoData(NoDataReason.EMPTY, "x", 900.0), 900.0)
+    assert held.targets() == ctl.current
+
+
+def test_reactive_hpa_tolerance_and_stabilisation(pol) -> None:  # noqa: ANN001
+    prof = load_profile(PROFILE)
+    ctl = ReactiveController(pol, prof, {"prefill": 4, "decode": 4})
+    # within 10 % of the target: no change
+    assert ctl.tick(_obs(10, queue=2 * 4 * 1.05, kv=0.1, ready=4), 15.0).targets() == {"prefill": 4, "decode": 4}
+    up = ctl.tick(_obs(10, queue=2 * 4 * 2, kv=0.1, ready=4), 30.0).targets()
+    assert up["prefill"] == 8
+    # low load right after: held by the 300 s scale-down stabilisation window
+    assert ctl.tick(_obs(10, queue=0, kv=0.0, ready=8), 45.0).targets()["prefill"] == 8
+    assert ctl.tick(_obs(10, queue=0, kv=0.0, ready=8), 400.0).targets()["prefill"] == pol.pools.prefill.min_replicas
+
+
+def test_static_never_moves(pol) -> None:  # noqa: ANN001
+    ctl = StaticController(pol, load_profile(PROFILE), {"prefill": 3, "decode": 2})
+    assert ctl.tick(_obs(100), 30.0).targets() == {"prefill": 3, "decode": 2}
+
+
+@pytest.mark.parametrize("series,expected", [
+    ([1, 2, 3, 4], 0), ([1, 2, 1, 2], 2), ([3, 3, 2, 2, 4], 1), ([2], 0),
+], ids=["monotone", "flapping", "one-reversal", "single"])
+def test_direction_changes(series: list[int], expected: int) -> None:
+    assert direction_changes([(float(i), {"decode": n}) for i, n in enumerate(series)]) == expected
+
+
+@pytest.mark.parametrize("threshold,lo,cap,hint,expected", [
+    (5, 1, 20, None, (5, True)),
+    (5, 5, 20, None, (5, True)),
+    (5, 1, 20, 7, (5, True)),
+    (5, 1, 20, 3, (5, True)),
+    (30, 1, 20, None, (20, False)),
+    (30, 1, 20, 19, (20, False)),
+], ids=["gallop", "at-bound", "hint-above", "hint-below", "infeasible", "infeasible-hint"])
+def test_oracle_search_finds_the_smallest_passing_size(threshold: int, lo: int, cap: int, hint: int | None,
+                                                       expected: tuple[int, bool]) -> None:
+    from planner.sim.oracle import _search
+
+    calls: list[int] = []
+
+    def test(n: int) -> bool:
+        calls.append(n)
+        return n >= threshold
+
+    n, runs, ok = _search(test, lo, cap, hint)
+    assert (n, ok) == expected
+    assert runs == len(calls) <= 12

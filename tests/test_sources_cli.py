@@ -1,0 +1,81 @@
+"""`planner observe` argument handling and exit codes (the real-Prometheus path is in test_prometheus_e2e)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.cli import run
+from planner.errors import UserError
+from planner.sources.cli_support import resolve
+from planner.sources.local_prometheus import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY = REPO / "policies" / "example.yaml"
+
+BAD = [
+    ("no-url", [], "--prometheus"),
+    ("bad-url", ["--prometheus", "localhost:9090"], "http://"),
+    ("bad-selector", ["--prometheus", "http://x", "--selector", "role=prefill"], "--selector"),
+    ("bad-dialect", ["--prometheus", "http://x", "--dialect", "tgi"], "--dialect"),
+    ("zero-window", ["--prometheus", "http://x", "--window-s", "0"], "--window-s"),
+    ("nan-window", ["--prometheus", "http://x", "--window-s", "nan"], "--window-s"),
+    ("timeout-too-long", ["--prometheus", "http://x", "--timeout-s", "1000"], "--timeout-s"),
+    ("missing-policy", ["--policy", "/nonexistent.yaml"], "not found"),
+]
+
+
+@pytest.mark.parametrize(("args", "word"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_arguments_exit_2_with_a_one_line_message(args: list[str], word: str, capsys) -> None:
+    assert run(["observe", *args]) == 2
+    err = capsys.readouterr().err
+    assert word in err and "Traceback" not in err
+
+
+def test_unreachable_is_exit_3_with_contract_json(capsys) -> None:
+    rc = run(["observe", "--prometheus", f"http://127.0.0.1:{free_port()}", "--json", "--window-s", "30"])
+    captured = capsys.readouterr()
+    assert rc == 3
+    assert json.loads(captured.out) == {"status": "no_data", "reason": "unreachable", "window_s": 30.0, "pools": {}}
+    assert "unreachable" in captured.err
+
+
+def test_human_output_on_no_data(capsys) -> None:
+    assert run(["observe", "--prometheus", f"http://127.0.0.1:{free_port()}"]) == 3
+    assert "no_data (unreachable)" in capsys.readouterr().out
+
+
+def test_policy_gives_pools_and_selector_narrows_them() -> None:
+    args = resolve(None, None, '{namespace="llm"}', POLICY, 60, 5, None)
+    assert args.selectors == {"prefill": '{role="prefill",namespace="llm"}',
+                              "decode": '{role="decode",namespace="llm"}'}
+    assert (args.url, args.dialect, args.stale_after_s) == ("http://prometheus:9090", "vllm", 90.0)
+
+
+def test_selector_alone_is_the_aggregated_pool() -> None:
+    args = resolve("http://p:9090", "sglang", '{role="x"}', None, 60, 5, None)
+    assert args.selectors == {"aggregated": '{role="x"}'} and args.dialect == "sglang"
+
+
+def test_policy_without_a_selector_for_its_pool(tmp_path: Path) -> None:
+    text = POLICY.read_text().replace("selectors: {prefill: '{role=\"prefill\"}', decode: '{role=\"decode\"}'}",
+                                      "selectors: {prefill: '{role=\"prefill\"}'}")
+    assert text != POLICY.read_text()
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match="no selector for pool 'decode'"):
+        resolve(None, None, None, path, 60, 5, None)
+
+
+def test_source_from_policy_takes_pools_selectors_and_budgets() -> None:
+    from planner.config import load_policy
+    from planner.sources.prometheus import PrometheusSource
+
+    policy = load_policy(POLICY)
+    with PrometheusSource.from_policy(policy, url="http://127.0.0.1:1") as src:
+        assert src.selectors == {"prefill": '{role="prefill"}', "decode": '{role="decode"}'}
+        assert (src.url, src.dialect.name, src.timeout_s, src.stale_after_s) == ("http://127.0.0.1:1", "vllm", 5, 90)
+    with PrometheusSource.from_policy(policy) as src:
+        assert src.url == "http://prometheus:9090"

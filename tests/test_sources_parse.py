@@ -1,0 +1,144 @@
+"""Strict parsing of a read's result: shape, cardinality, finiteness; missing is never zero."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from planner.sources.dialects import DIALECTS, VLLM
+from planner.sources.parse import parse_read
+from planner.sources.promql import POOL_LABEL, Q_LABEL
+from planner.types import NoData, NoDataReason, Observation
+
+NOW = 1_700_000_000.0
+W = 60.0
+STALE = 30.0
+
+
+def s(pool: str, q: str, value: float | str) -> dict:
+    return {"metric": {POOL_LABEL: pool, Q_LABEL: q}, "value": [NOW, str(value)]}
+
+
+def healthy(pool: str = "prefill", **over: float | str | None) -> list[dict]:
+    """A busy pool: 10 completed, 3 in flight now, 1 in flight a window ago -> 12 started."""
+    vals: dict[str, float | str | None] = {
+        "newest": NOW - 1, "fresh": 2, "seen": 2, "completed": 10, "running": 2, "queue": 1,
+        "in_now_0": 2, "in_now_1": 1, "in_before_0": 1, "in_before_1": 0,
+        "isl_num": 1000, "isl_den": 10, "osl_num": 500, "osl_den": 10,
+        "ttft_sum": 2.0, "ttft_count": 10, "ttft_p50": 0.15, "ttft_p95": 0.4,
+        "itl_sum": 9.8, "itl_count": 490, "itl_p50": 0.018, "itl_p95": 0.03, "kv": 0.25,
+    }
+    vals.update(over)
+    return [s(pool, q, v) for q, v in vals.items() if v is not None]
+
+
+def read(result: object, pools: tuple[str, ...] = ("prefill",)) -> Observation | NoData:
+    return parse_read(result, VLLM, pools, W, NOW, STALE)
+
+
+def test_healthy_pool_is_read_whole() -> None:
+    obs = read(healthy())
+    assert isinstance(obs, Observation)
+    p = obs.pools["prefill"]
+    assert (p.requests, p.rate_rps, p.isl_mean, p.osl_mean) == (12, 12 / W, 100, 50)
+    assert (p.ttft_ms_p50, p.ttft_ms_p95, p.ttft_ms_mean) == pytest.approx((150, 400, 200))
+    assert (p.itl_ms_p50, p.itl_ms_p95, p.itl_ms_mean) == pytest.approx((18, 30, 20))
+    assert (p.queue, p.running, p.kv_usage, p.ready_replicas) == (1, 2, 0.25, 2)
+    assert (obs.at_s, obs.window_s) == (NOW, W)
+
+
+def test_measured_zero_traffic_is_zero_with_no_latencies() -> None:
+    obs = read(healthy(completed=0, running=0, queue=0, in_now_0=0, in_now_1=0, in_before_0=0,
+                       isl_num=0, isl_den=0, osl_num=0, osl_den=0, ttft_sum=0, ttft_count=0, itl_sum=0,
+                       itl_count=0, ttft_p50="NaN", ttft_p95="NaN", itl_p50="NaN", itl_p95="NaN"))
+    assert isinstance(obs, Observation)
+    p = obs.pools["prefill"]
+    assert (p.requests, p.rate_rps) == (0, 0)
+    assert (p.isl_mean, p.osl_mean, p.ttft_ms_p50, p.ttft_ms_p95, p.ttft_ms_mean, p.itl_ms_p95) == (None,) * 6
+
+
+def test_pool_born_inside_the_window_had_nothing_in_flight_before() -> None:
+    obs = read(healthy(in_before_0=None, in_before_1=None))
+    assert isinstance(obs, Observation) and obs.pools["prefill"].requests == 13
+
+
+def test_kv_absent_is_none_not_zero() -> None:
+    obs = read(healthy(kv=None))
+    assert isinstance(obs, Observation) and obs.pools["prefill"].kv_usage is None
+
+
+FAULTS = [
+    ("nothing-at-all", [], NoDataReason.EMPTY),
+    ("stale-by-age", healthy(newest=NOW - STALE - 1), NoDataReason.STALE),
+    ("stale-marker", [s("prefill", "seen", 1)], NoDataReason.STALE),
+    ("nan-gauge", healthy(running="NaN"), NoDataReason.NAN),
+    ("inf-counter", healthy(completed="+Inf"), NoDataReason.NAN),
+    ("nan-kv", healthy(kv="NaN"), NoDataReason.NAN),
+    ("nan-quantile-with-observations", healthy(ttft_p95="NaN"), NoDataReason.NAN),
+    ("nan-offset-gauge", healthy(in_before_0="NaN"), NoDataReason.NAN),
+    ("counter-absent", healthy(completed=None), NoDataReason.EMPTY),
+    ("histogram-absent", healthy(itl_count=None), NoDataReason.EMPTY),
+    ("buckets-absent-with-observations", healthy(ttft_p50=None), NoDataReason.EMPTY),
+    ("duplicate-series", healthy() + [s("prefill", "running", 1)], NoDataReason.BAD_RESPONSE),
+    ("unknown-pool", healthy() + [s("other", "running", 1)], NoDataReason.BAD_RESPONSE),
+    ("scalar-result", [NOW, "1"], NoDataReason.BAD_RESPONSE),
+    ("matrix-result", [{"metric": {}, "values": [[NOW, "1"]]}], NoDataReason.BAD_RESPONSE),
+    ("not-a-list", {"resultType": "vector"}, NoDataReason.BAD_RESPONSE),
+    ("non-numeric", healthy(running="many"), NoDataReason.BAD_RESPONSE),
+]
+
+
+@pytest.mark.parametrize(("result", "reason"), [(r, why) for _, r, why in FAULTS], ids=[f[0] for f in FAULTS])
+def test_faults_are_no_data_with_the_reason(result: object, reason: NoDataReason) -> None:
+    got = read(result)
+    assert isinstance(got, NoData), got
+    assert got.reason == reason, got.detail
+    assert got.at_s == NOW and got.detail
+
+
+def test_one_pool_missing_is_missing_pool_naming_it() -> None:
+    got = read(healthy("prefill"), pools=("prefill", "decode"))
+    assert isinstance(got, NoData) and got.reason == NoDataReason.MISSING_POOL
+    assert "decode" in got.detail
+
+
+def test_all_pools_missing_is_empty() -> None:
+    got = read([], pools=("prefill", "decode"))
+    assert isinstance(got, NoData) and got.reason == NoDataReason.EMPTY
+
+
+def test_two_pools() -> None:
+    got = read(healthy("prefill") + healthy("decode", completed=3), pools=("prefill", "decode"))
+    assert isinstance(got, Observation)
+    assert (got.pools["prefill"].requests, got.pools["decode"].requests) == (12, 5)
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+def test_every_dialect_parses_its_own_signals(dialect: str) -> None:
+    d = DIALECTS[dialect]
+    rows = healthy()
+    n_in = len(d.in_system_gauges)
+    rows = [r for r in rows if not (r["metric"][Q_LABEL].startswith(("in_now_", "in_before_"))
+                                    and int(r["metric"][Q_LABEL][-1]) >= n_in)]
+    if d.kv_usage_gauge is None:
+        rows = [r for r in rows if r["metric"][Q_LABEL] != "kv"]
+    got = parse_read(rows, d, ("prefill",), W, NOW, STALE)
+    assert isinstance(got, Observation), got
+    assert (got.pools["prefill"].kv_usage is None) == (d.kv_usage_gauge is None)
+
+
+finite = st.floats(min_value=0, max_value=1e6, allow_nan=False)
+
+
+@given(completed=finite, now_in=finite, before=finite, den=finite, num=finite)
+def test_property_requests_never_negative_or_nan(completed: float, now_in: float, before: float, den: float,
+                                                 num: float) -> None:
+    got = read(healthy(completed=completed, in_now_0=now_in, in_now_1=0, in_before_0=before, in_before_1=0,
+                       isl_num=num, isl_den=den))
+    assert isinstance(got, Observation)
+    p = got.pools["prefill"]
+    assert p.requests >= 0 and math.isfinite(p.requests) and p.rate_rps == p.requests / W
+    assert (p.isl_mean is None) == (den == 0)
