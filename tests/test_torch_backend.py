@@ -9,6 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed (optional extra: pip install 'planner[torch]')")
 
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from planner.perf import roofline  # noqa: E402
 from planner.perf.hardware import HardwareSpec  # noqa: E402
 from planner.perf.model import ModelSpec  # noqa: E402
 from planner.profiler.grids import SweepRequest  # noqa: E402
@@ -47,17 +51,19 @@ def test_profile_has_every_grid_point_and_provenance(cpu_profile) -> None:
 
 
 def test_cpu_kv_capacity_follows_the_roofline_definition(cpu_profile) -> None:
-    # CPU: (memory x 0.9 - weights - 2 GB reserve) / fp32 KV bytes per token (twice the bf16 figure).
+    # CPU: (memory x utilisation - weights - reserve) / fp32 KV bytes per token (twice the bf16 figure).
+    eff = roofline.CALIBRATED
     weights_fp32 = TINY.params * 4
-    expected = int((141e9 * 0.9 - weights_fp32 - 2e9) / (TINY.kv_bytes_per_token * 2))
+    expected = int((141e9 * eff.memory_utilization - weights_fp32 - eff.reserve_bytes) / (TINY.kv_bytes_per_token * 2))
     assert cpu_profile.decode[0].kv_capacity_tokens == expected
 
 
 def test_points_over_kv_capacity_are_skipped_and_named() -> None:
     # 2.0 GB reserve + ~1.2 MB: room for 300 tokens of fp32 KV (4 KiB each) - 4x128 does not fit, 1x128 does.
+    eff = roofline.CALIBRATED
     per_token = TINY.kv_bytes_per_token * 2
     weights = TINY.params * 4
-    memory = (2e9 + weights + 300 * per_token) / 0.9
+    memory = (eff.reserve_bytes + weights + 300 * per_token) / eff.memory_utilization
     p = profile_torch(TINY, replace(H200, memory_bytes=memory), _req())
     pts = {(pt.batch, pt.context_tokens) for pt in p.decode[0].points}
     assert pts == {(1, 32), (4, 32), (1, 128)}
@@ -97,6 +103,20 @@ SHARDS = [  # (tp, q heads, kv heads per rank: replicated once tp > kv heads, in
 def test_shard_shapes(tp: int, q: int, kv: int, inter: int) -> None:
     s = ShardShape.of(TINY, tp)
     assert (s.q_heads, s.kv_heads, s.intermediate, s.vocab) == (q, kv, inter, TINY.vocab // tp)
+
+
+@given(kv_heads=st.sampled_from([1, 2, 4, 8]), group=st.sampled_from([1, 2, 4, 8]),
+       tp=st.sampled_from([1, 2, 4, 8, 16]))
+def test_shard_kv_matches_the_roofline_per_gpu_kv(kv_heads: int, group: int, tp: int) -> None:
+    """Every rank's KV cache is what planner.perf sizes capacity with, and the query heads split evenly."""
+    m = replace(TINY, heads=kv_heads * group, kv_heads=kv_heads)
+    if m.check_tp(tp):
+        with pytest.raises(ValueError):
+            ShardShape.of(m, tp)
+        return
+    s = ShardShape.of(m, tp)
+    assert s.q_heads * tp == m.heads
+    assert s.kv_bytes_per_token == m.kv_bytes_per_token_per_gpu(tp)
 
 
 def test_shard_shape_rejects_what_the_model_cannot_split() -> None:

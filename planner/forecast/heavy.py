@@ -88,7 +88,7 @@ class StatsmodelsForecaster:
     name = "statsmodels"
     min_points = 10
 
-    def __init__(self, refit_steps: int = 60, fit_points: int = 200, maxiter: int = 30,
+    def __init__(self, refit_steps: int = 60, fit_points: int = 120, maxiter: int = 25,
                  clock: Callable[[], float] | None = None, budget_s: float | None = None) -> None:
         self.refit_steps = max(1, int(refit_steps))
         self.fit_points = int(fit_points)

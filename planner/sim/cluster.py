@@ -68,15 +68,15 @@ class _Timing:
 
     def __init__(self, engine: EngineModel) -> None:
         self.engine = engine
-        self._dec: dict[int, float] = {}
+        self.dec: dict[int, float] = {}
         self._pre: dict[int, float] = {}
 
     def step(self, batch: int, mean_ctx: float) -> float:
         key = batch * 1_000_000 + int(mean_ctx) // _CTX_QUANTUM
-        v = self._dec.get(key)
+        v = self.dec.get(key)
         if v is None:
             ctx = (int(mean_ctx) // _CTX_QUANTUM + 0.5) * _CTX_QUANTUM
-            v = self._dec[key] = self.engine.decode_step_s(batch, ctx)
+            v = self.dec[key] = self.engine.decode_step_s(batch, ctx)
         return v
 
     def prefill(self, tokens: int) -> float:
@@ -181,14 +181,14 @@ class Cluster:
         self.failed = [False] * n
         self.pool_in_s: dict[str, list[float]] = {p: [] for p in self.pools}  # arrivals into each pool
         self.pool_in_req: dict[str, list[int]] = {p: [] for p in self.pools}
+        self.dec_in_s = self.pool_in_s.get("decode", [])
+        self.dec_in_req = self.pool_in_req.get("decode", [])
         self._seg_pos = [0] * n  # decode segment number at admission (for the largest gap)
         self.next_arrival = 0
         self.done = 0
         self.failed_n = 0
         # token-gap records (end time, step seconds, tokens) for the ITL histogram a scrape would see
-        self.seg_t: list[float] = []
-        self.seg_dt: list[float] = []
-        self.seg_w: list[int] = []
+        self.segs: list[tuple[float, float, int]] = []
         # replicas
         self.now = 0.0
         self.replicas: dict[str, list[_Replica]] = {p: [] for p in self.pools}
@@ -453,17 +453,25 @@ class Cluster:
             self._push(t, self._ev_link, r, r.link_version)
 
     def _link_event(self, r: _Prefill) -> None:
-        self._link_advance(r)
+        now = self.now
         h = r.link_heap
-        eps = 1e-6 * max(1.0, r.link_v)
-        while h and h[0][0] <= r.link_v + eps:
-            _, req = heapq.heappop(h)
+        if h:
+            r.link_v += (now - r.link_t) * self.bw / len(h)
+        r.link_t = now
+        v = r.link_v
+        eps = 1e-6 * (v if v > 1.0 else 1.0)
+        while h and h[0][0] <= v + eps:
+            req = heapq.heappop(h)[1]
             if not self.failed[req]:
-                self.pool_in_s["decode"].append(self.now)
-                self.pool_in_req["decode"].append(req)
+                self.dec_in_s.append(now)
+                self.dec_in_req.append(req)
                 self._to_decode(req)
-        self._link_schedule(r)
-        self._maybe_gone(r)
+        r.link_version += 1
+        if h:
+            t = now + max(0.0, h[0][0] - v) * len(h) / self.bw
+            heapq.heappush(self._heap, (t, next(self._seq), self._ev_link, r, r.link_version))
+        elif r.state == DRAINING:
+            self._maybe_gone(r)
 
     # ------------------------------------------------------------------------------------------ decode
     # The hot path: written flat (few calls, locals) because it runs about twice per request.
@@ -522,9 +530,7 @@ class Cluster:
         b = r.b
         if b and k:
             dt = (t_end - r.t) / k
-            self.seg_t.append(t_end)
-            self.seg_dt.append(dt)
-            self.seg_w.append(b * k)
+            self.segs.append((t_end, dt, b * k))
             # one segment on the monotone stack
             si, sv = r.stack_i, r.stack_v
             while sv and sv[-1] <= dt:
@@ -589,13 +595,29 @@ class Cluster:
             if r.state == DRAINING:
                 self._maybe_gone(r)
             return
-        dt = r.dt = self.timing.step(b, r.ctx_sum / b)
+        cache = self.timing.dec
+        mean = r.ctx_sum / b
+        key = b * 1_000_000 + int(mean) // _CTX_QUANTUM
+        dt = cache.get(key) or self.timing.step(b, mean)
+        r.dt = dt
         if admitted:
             first_s = self.first_s
             t1 = r.t + dt
             for req in admitted:
                 first_s[req] = t1
-        self._decode_schedule(r, r.fin[0][0] - r.step_no)
+        # plan the next event: the next completion, k steps on, at the step time of mid-way context
+        k = r.fin[0][0] - r.step_no
+        if k > 1:
+            mean += (k - 1) * 0.5
+            key = b * 1_000_000 + int(mean) // _CTX_QUANTUM
+            dt = cache.get(key) or self.timing.step(b, mean)
+        r.version += 1
+        r.next_k = k
+        t = r.t + k * dt
+        if t < self.now:
+            t = self.now
+        r.next_t = t
+        heapq.heappush(self._heap, (t, next(self._seq), self._ev_decode, r, r.version))
 
     # -------------------------------------------------------------------------------------- aggregated
     def _to_agg(self, req: int) -> None:

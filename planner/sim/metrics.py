@@ -58,9 +58,13 @@ class SimMetricSource:
         with np.errstate(invalid="ignore"):
             mask = (first > lo_t) & (first <= now_s)
         ttft = _pcts((first[mask] - arr[mask]) * 1e3)
-        a = bisect_right(c.seg_t, lo_t)
-        b = bisect_right(c.seg_t, now_s)
-        itl = _pcts(np.asarray(c.seg_dt[a:b]) * 1e3, np.asarray(c.seg_w[a:b], dtype=np.float64)) if b > a else None
+        a = bisect_right(c.segs, (lo_t, math.inf, 0))
+        b = bisect_right(c.segs, (now_s, math.inf, 0))
+        if b > a:
+            seg = np.asarray(c.segs[a:b], dtype=np.float64)
+            itl = _pcts(seg[:, 1] * 1e3, seg[:, 2])
+        else:
+            itl = None
         return ttft, itl
 
     def read(self, window_s: float, now_s: float) -> Observation | NoData:

@@ -1,0 +1,30 @@
+"""RecordingActuator: the test twin of every actuator (records calls, can fail on demand)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from planner.types import Applied
+
+
+class RecordingActuator:
+    """Holds replica counts per pool like a tiny cluster; ``fail_next`` makes the next N applies raise."""
+
+    def __init__(self, initial: Mapping[str, int] | None = None) -> None:
+        self.current: dict[str, int] = dict(initial or {})
+        self.calls: list[dict[str, int]] = []
+        self.writes: list[dict[str, int]] = []
+        self.fail_next = 0
+        self.error: Exception = RuntimeError("injected actuation failure")
+
+    def apply(self, targets: Mapping[str, int]) -> Applied:
+        self.calls.append(dict(targets))
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise self.error
+        before: dict[str, int | None] = {p: self.current.get(p) for p in targets}
+        moved = {p: n for p, n in targets.items() if before[p] != n}
+        if moved:
+            self.writes.append(moved)
+        self.current.update(targets)
+        return Applied(before=before, after=dict(targets), changed=bool(moved))

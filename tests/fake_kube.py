@@ -1,0 +1,244 @@
+"""An in-process fake Kubernetes API server for the endpoints the planner uses, driven by the official client.
+
+Implemented faithfully enough to exercise the client's real request/response path:
+- scale subresource GET/PUT/PATCH for ``apps/v1`` deployments and statefulsets and for any custom resource
+  registered with :meth:`FakeKube.add` (``/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/scale``);
+  the body is an ``autoscaling/v1`` Scale;
+- ``coordination.k8s.io/v1`` Lease GET/POST/PUT (leader election);
+- status codes with ``Status`` bodies: 404 NotFound, 403 Forbidden (targets or verbs configured as
+  forbidden), 409 Conflict (stale ``metadata.resourceVersion`` on PUT/PATCH, or a Lease that exists),
+  422 Invalid (negative replicas);
+- one cluster-wide ``resourceVersion`` counter that increments on every write, like etcd's revision.
+
+Every request is logged in ``requests`` as (method, path) so tests can assert that nothing was written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+SCALE_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/"
+                        r"(?P<plural>[^/]+)/(?P<name>[^/]+)/scale$")
+LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases(?:/(?P<name>[^/]+))?$")
+VERB = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create"}
+
+
+@dataclass
+class ScaleObject:
+    group: str
+    version: str
+    plural: str
+    namespace: str
+    name: str
+    replicas: int
+    resource_version: int
+    selector: str = ""
+    uid: str = ""
+
+
+@dataclass
+class FakeKube:
+    """The fake cluster state plus the HTTP server in front of it."""
+
+    objects: dict[tuple[str, str, str, str], ScaleObject] = field(default_factory=dict)
+    leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    forbidden: set[tuple[str, str]] = field(default_factory=set)  # (plural/scale or leases, verb)
+    forbidden_objects: set[tuple[str, str, str]] = field(default_factory=set)  # (plural, ns, name)
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    conflicts_to_inject: int = 0  # the next N writes to a scale answer 409 after bumping the object (a race)
+    revision: int = 100
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # ------------------------------------------------------------------------------------------ state
+    def add(self, group: str, version: str, plural: str, namespace: str, name: str, replicas: int) -> ScaleObject:
+        with self.lock:
+            self.revision += 1
+            obj = ScaleObject(group, version, plural, namespace, name, replicas, self.revision,
+                              selector=f"app={name}", uid=f"uid-{name}")
+            self.objects[(group, plural, namespace, name)] = obj
+            return obj
+
+    def add_deployment(self, namespace: str, name: str, replicas: int) -> ScaleObject:
+        return self.add("apps", "v1", "deployments", namespace, name, replicas)
+
+    def replicas(self, plural: str, namespace: str, name: str, group: str = "apps") -> int:
+        return self.objects[(group, plural, namespace, name)].replicas
+
+    def set_replicas(self, plural: str, namespace: str, name: str, replicas: int, group: str = "apps") -> None:
+        """Someone else (kubectl scale, an HPA) changes the object."""
+        with self.lock:
+            self.revision += 1
+            obj = self.objects[(group, plural, namespace, name)]
+            obj.replicas, obj.resource_version = replicas, self.revision
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [r for r in self.requests if r[0] in ("PUT", "PATCH", "POST")]
+
+    # ------------------------------------------------------------------------------------------ server
+    def start(self) -> FakeKube:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _body(self) -> Any:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                return json.loads(raw) if raw else None
+
+            def _send(self, status: int, body: dict[str, Any]) -> None:
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def _handle(self) -> None:
+                path = self.path.split("?", 1)[0]
+                body = self._body() if self.command in ("PUT", "PATCH", "POST") else None
+                with outer.lock:
+                    outer.requests.append((self.command, path))
+                    status, reply = outer.dispatch(self.command, path, body,
+                                                   self.headers.get("Content-Type", ""))
+                self._send(status, reply)
+
+            do_GET = do_PUT = do_PATCH = do_POST = _handle  # noqa: N815
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def api_client(self) -> Any:
+        from kubernetes import client
+
+        cfg = client.Configuration(host=self.url)
+        return client.ApiClient(cfg)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # ------------------------------------------------------------------------------------------ API
+    def dispatch(self, method: str, path: str, body: Any, content_type: str) -> tuple[int, dict[str, Any]]:
+        m = SCALE_PATH.match(path)
+        if m:
+            return self._scale(method, m.groupdict(), body, content_type)
+        m = LEASE_PATH.match(path)
+        if m:
+            return self._lease(method, m["ns"], m["name"], body)
+        return status_body(404, "NotFound", f"the server could not find the requested resource ({path})")
+
+    def _scale(self, method: str, p: dict[str, str], body: Any, content_type: str) -> tuple[int, dict]:
+        group, plural, ns, name = p["group"], p["plural"], p["ns"], p["name"]
+        resource = plural if group in ("", "core") else f"{plural}.{group}"
+        verb = VERB.get(method, method.lower())
+        if (f"{plural}/scale", verb) in self.forbidden or (plural, ns, name) in self.forbidden_objects:
+            return status_body(403, "Forbidden", f'{resource} "{name}" is forbidden: User '
+                               f'"system:serviceaccount:{ns}:planner" cannot {verb} resource "{plural}/scale" '
+                               f'in API group "{group}" in the namespace "{ns}"',
+                               {"name": name, "group": group, "kind": plural})
+        obj = self.objects.get((group, plural, ns, name))
+        if obj is None or obj.version != p["version"]:
+            return status_body(404, "NotFound", f'{resource} "{name}" not found',
+                               {"name": name, "group": group, "kind": plural})
+        if method == "GET":
+            return 200, scale_json(obj)
+        if method not in ("PUT", "PATCH"):
+            return status_body(405, "MethodNotAllowed", f"method {method} not allowed")
+        if method == "PATCH" and not content_type.startswith(("application/merge-patch+json",
+                                                              "application/strategic-merge-patch+json")):
+            return status_body(415, "UnsupportedMediaType", f"the body of the request was in an unknown "
+                               f"format - accepted media types include merge and strategic merge patch, "
+                               f"got {content_type!r}")
+        if not isinstance(body, dict):
+            return status_body(400, "BadRequest", "request body must be a JSON object")
+        meta = body.get("metadata") or {}
+        want_rv = meta.get("resourceVersion")
+        if self.conflicts_to_inject > 0:
+            self.conflicts_to_inject -= 1
+            self.revision += 1
+            obj.resource_version = self.revision  # another writer got in first
+        if want_rv is not None and str(want_rv) != str(obj.resource_version):
+            return status_body(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the '
+                               "object has been modified; please apply your changes to the latest version "
+                               "and try again", {"name": name, "group": group, "kind": plural})
+        spec = body.get("spec") or {}
+        replicas = spec.get("replicas", obj.replicas if method == "PATCH" else 0)
+        if not isinstance(replicas, int) or replicas < 0:
+            return status_body(422, "Invalid", f'Scale.autoscaling "{name}" is invalid: spec.replicas: '
+                               f"Invalid value: {replicas}: must be greater than or equal to 0",
+                               {"name": name, "group": "autoscaling", "kind": "Scale"})
+        self.revision += 1
+        obj.replicas, obj.resource_version = replicas, self.revision
+        return 200, scale_json(obj)
+
+    def _lease(self, method: str, ns: str, name: str | None, body: Any) -> tuple[int, dict]:
+        verb = VERB.get(method, method.lower())
+        if ("leases", verb) in self.forbidden:
+            return status_body(403, "Forbidden", f'leases.coordination.k8s.io "{name or ""}" is forbidden: '
+                               f'cannot {verb} resource "leases" in API group "coordination.k8s.io" in the '
+                               f'namespace "{ns}"')
+        if method == "POST":
+            if not isinstance(body, dict) or not (body.get("metadata") or {}).get("name"):
+                return status_body(422, "Invalid", "Lease is invalid: metadata.name: Required value")
+            lease_name = body["metadata"]["name"]
+            if (ns, lease_name) in self.leases:
+                return status_body(409, "AlreadyExists", f'leases.coordination.k8s.io "{lease_name}" already '
+                                   "exists", {"name": lease_name, "kind": "leases"})
+            return 201, self._store_lease(ns, lease_name, body)
+        if name is None:
+            return status_body(405, "MethodNotAllowed", "list is not implemented by the fake")
+        current = self.leases.get((ns, name))
+        if current is None:
+            return status_body(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found',
+                               {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
+        if method == "GET":
+            return 200, current
+        if method == "PUT":
+            want_rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
+            if want_rv is not None and str(want_rv) != current["metadata"]["resourceVersion"]:
+                return status_body(409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io '
+                                   f'"{name}": the object has been modified; please apply your changes to the '
+                                   "latest version and try again", {"name": name, "kind": "leases"})
+            return 200, self._store_lease(ns, name, body)
+        return status_body(405, "MethodNotAllowed", f"method {method} not allowed")
+
+    def _store_lease(self, ns: str, name: str, body: dict) -> dict:
+        self.revision += 1
+        stored = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                  "metadata": {**(body.get("metadata") or {}), "name": name, "namespace": ns,
+                               "resourceVersion": str(self.revision)},
+                  "spec": body.get("spec") or {}}
+        self.leases[(ns, name)] = stored
+        return stored
+
+
+def scale_json(obj: ScaleObject) -> dict[str, Any]:
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {"name": obj.name, "namespace": obj.namespace, "uid": obj.uid,
+                         "resourceVersion": str(obj.resource_version),
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"replicas": obj.replicas},
+            "status": {"replicas": obj.replicas, "selector": obj.selector}}
+
+
+def status_body(code: int, reason: str, message: str, details: dict | None = None) -> tuple[int, dict[str, Any]]:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                            "message": message, "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return code, body
