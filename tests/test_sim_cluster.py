@@ -49,11 +49,13 @@ def test_one_request_on_idle_replicas_reproduces_the_profile(big: Profile, isl: 
     c = _run(_trace([0.0], [isl], [osl]), big, {"prefill": 1, "decode": 1}, link_bytes_per_s=FAST_LINK)
     r = c.results()
     eng = _engine(big)
-    expect_ttft = eng.prefill_s(isl) + eng.decode_step_s(1, isl)
+    chunks = [(a, min(isl, a + eng.chunk_tokens)) for a in range(0, isl, eng.chunk_tokens)]
+    prefill = sum(eng.prefill_batch_s([c]) for c in chunks)
+    expect_ttft = prefill + eng.decode_step_s(1, isl)
     assert r["ttft_s"][0] == pytest.approx(expect_ttft, rel=0.01)
     expect_itl = eng.decode_step_s(1, isl + osl / 2)
     assert r["itl_mean_s"][0] == pytest.approx(expect_itl, rel=0.01)
-    assert r["e2e_s"][0] == pytest.approx(eng.prefill_s(isl) + sum(eng.decode_step_s(1, isl + k) for k in range(osl)),
+    assert r["e2e_s"][0] == pytest.approx(prefill + sum(eng.decode_step_s(1, isl + k) for k in range(osl)),
                                           rel=0.01)
 
 
@@ -161,7 +163,7 @@ def test_aggregated_mode_serves_everything(big: Profile) -> None:
     assert c.done == len(tr) and not r["failed"].any()
     eng = _engine(big)
     # prefill piggy-backs on decode steps: TTFT at least the prompt's own compute
-    assert np.all(r["ttft_s"] >= eng.prefill_s(800) * 0.99)
+    assert np.all(r["ttft_s"] >= eng.prefill_batch_s([(0, 800)]) * 0.99)
 
 
 def test_metric_source_reports_what_prometheus_would(big: Profile) -> None:
@@ -181,3 +183,15 @@ def test_metric_source_reports_what_prometheus_would(big: Profile) -> None:
     assert dec.itl_ms_p50 is not None and dec.itl_ms_p50 <= dec.itl_ms_p95  # type: ignore[operator]
     assert pre.ttft_ms_p50 is not None and pre.ttft_ms_p95 >= pre.ttft_ms_p50  # type: ignore[operator]
     assert dec.running > 0
+
+
+def test_batched_prefill_pays_the_fixed_cost_once(big: Profile) -> None:
+    eng = _engine(big)
+    one = eng.prefill_batch_s([(0, 1000)])
+    assert one == pytest.approx(big.prefill_curve(big.selected_tp("prefill")).ttft_ms(1000).value / 1e3)
+    o = eng.prefill_overhead_s()
+    assert 0 < o < one
+    assert eng.prefill_batch_s([(0, 1000)] * 4) == pytest.approx(4 * one - 3 * o)
+    # a continuation chunk costs the marginal time of its tokens on its own prompt
+    cont = eng.prefill_batch_s([(8192, 12000)])
+    assert cont == pytest.approx(o + eng.prefill_batch_s([(0, 12000)]) - eng.prefill_batch_s([(0, 8192)]))

@@ -44,6 +44,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                                 help="oracle resolution (default max(60, interval))")] = None,
         workers: Annotated[int | None, typer.Option(help="processes for the oracle search")] = None,
         no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
+        dynamo_predictor: Annotated[str, typer.Option("--dynamo-predictor",
+                                                      help="dynamo-sla's predictor: constant | arima")] = "constant",
     ) -> None:
         """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
         from planner.config import load_policy
@@ -74,7 +76,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
             result = run_backtest(tr, prof, pol, baselines=base, startup_s=startup_s, kill=kill, seed=seed,
                                   forecaster=forecaster, oracle_interval_s=oracle_interval_s, workers=workers,
-                                  progress=progress,
+                                  progress=progress, dynamo_predictor=dynamo_predictor,
                                   trace_meta={"format": format, "rate_scale": rate_scale, "scale_mode": scale_mode,
                                               "seed": seed})
         result.report["timings_s"]["total"] = round(time.perf_counter() - t0, 2)

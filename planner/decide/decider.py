@@ -131,7 +131,14 @@ def demand(policy: Policy, profile: Profile, obs: Observation, forecast: LoadFor
         (forecast.isl_tokens if forecast else None, "isl_mean", ("prefill", "aggregated", "decode"), default_isl),
         (forecast.osl_tokens if forecast else None, "osl_mean", ("decode", "aggregated", "prefill"), default_osl),
     ):
-        value = _finite(series.mean) if series is not None and series.ok else None
+        # Prompt lengths at the quantile too: the prefill work is rate x ISL, and the window-mean ISL moves
+        # as much as the rate (Azure conv: +13 % in one minute); OSL only sets decode concurrency, at its mean.
+        use_q = q if attr == "isl_mean" else None
+        value = _finite(series.at(use_q)) if series is not None and series.ok else None
+        if value is not None and series is not None and use_q is not None:
+            mean_len = _finite(series.mean)
+            if mean_len is not None and mean_len > 0:
+                value = min(value, MAX_QUANTILE_RATIO * mean_len)
         if value is None or value <= 0:
             value = _mean_from(obs, attr, prefer)
             if rate > 0 and Reason.FORECAST_FALLBACK not in reasons:
@@ -160,7 +167,7 @@ def _calibrate(policy: Policy, models: Models, obs: Observation, state: PlannerS
     if po is not None and isl is not None and po.requests >= cal.MIN_REQUESTS and (po.ready_replicas or 0) > 0:
         ready = int(po.ready_replicas or 0)
         # A backlog left by an earlier overload is not a model error: learn only from steady windows.
-        if po.queue <= 2 * ready:
+        if po.queue <= 0.5 * ready:
             load = Load(po.rate_rps, isl, osl or 1.0)
             if policy.mode == "aggregated":
                 predicted = aggregated_latency_ms(models, load, ready)[0]

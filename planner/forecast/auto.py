@@ -111,7 +111,7 @@ class AutoFitted:
 class Auto:
     name = "auto"
 
-    def __init__(self, recheck_steps: int = 20, window: int = 288, max_points: int = 20_160,
+    def __init__(self, recheck_steps: int = 60, window: int = 288, max_points: int = 20_160,
                  margin: float = 0.02) -> None:
         self.recheck_steps = max(1, int(recheck_steps))
         self.window = int(window)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,20 @@ from planner.types import QUANTILES, Forecast
 
 # Small on purpose: each order is one optimiser run; these cover random walk + noise, AR level, ARMA.
 ARIMA_GRID = ((0, 1, 1), (1, 1, 1), (1, 0, 0), (2, 0, 1))
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Silence statsmodels' convergence chatter (failures surface in ``Forecast.reason`` instead).
+
+    statsmodels adds an "always" filter for its warnings when first imported; importing it *before*
+    entering the ignoring context keeps that filter behind ours.
+    """
+    import statsmodels.tools.sm_exceptions  # noqa: F401
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 @dataclass(frozen=True)
@@ -70,8 +85,7 @@ class HeavyFitted:
         if est.error:
             return self._fallback(s, h, horizon_s, est.error)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with quiet():
                 out = self.owner.predict(est, s, h, horizon_s)
         except Exception as exc:  # statsmodels raises many types (LinAlgError, ValueError, ...)
             return self._fallback(s, h, horizon_s, f"predict failed: {type(exc).__name__}: {exc}")
@@ -105,8 +119,7 @@ class StatsmodelsForecaster:
         if len(y) < self.min_points:
             return Estimate(error=f"{len(y)} points at the refit anchor < {self.min_points} needed")
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with quiet():
                 return self.estimate(y, s)
         except Exception as exc:
             return Estimate(error=f"fit failed: {type(exc).__name__}: {exc}")

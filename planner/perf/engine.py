@@ -9,6 +9,7 @@ context. An aggregated engine piggy-backs a prefill chunk on a decode step and p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.perf.curves import DecodeCurve, PrefillCurve
@@ -28,6 +29,29 @@ class EngineModel:
         full, rest = divmod(max(1.0, isl), self.chunk_tokens)
         t = full * self.prefill_iteration_s(self.chunk_tokens)
         return t + (self.prefill_iteration_s(rest) if rest else 0.0)
+
+    def prefill_overhead_s(self) -> float:
+        """Fixed cost of one prefill iteration (weights read, launch): the curve's intercept at zero tokens,
+        extrapolated from its two smallest points and kept within [0, smallest measured time]."""
+        xs, ys = self.prefill.ttft.xs, self.prefill.ttft.ys
+        if len(xs) < 2:
+            return 0.0
+        slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
+        return min(ys[0], max(0.0, ys[0] - slope * xs[0])) / 1e3
+
+    def prefill_batch_s(self, pieces: Sequence[tuple[float, float]]) -> float:
+        """One chunked-prefill iteration over prompt pieces ``(start_token, end_token)``.
+
+        Each piece costs its marginal time on its own prompt's curve, ttft(end) - ttft(start): its attention
+        reads its own prefix, not the other prompts' (a batch of eight 1k prompts is not one 8k prompt).
+        The iteration's fixed cost is paid once. One whole prompt costs exactly ttft(isl).
+        """
+        overhead = self.prefill_overhead_s()
+        total = overhead
+        for start, end in pieces:
+            end_s = self.prefill.ttft_ms(max(1.0, end)).value / 1e3
+            total += end_s - (self.prefill.ttft_ms(start).value / 1e3 if start > 0 else overhead)
+        return max(total, overhead)
 
     def decode_step_s(self, batch: int, mean_context_tokens: float) -> float:
         if batch <= 0:

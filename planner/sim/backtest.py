@@ -163,7 +163,7 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
                  startup_s: float | None = None, kill: bool = False, seed: int = 0, forecaster: str | None = None,
                  oracle_interval_s: float | None = None, workers: int | None = None,
                  progress: Callable[[str, float, float], None] | None = None,
-                 trace_meta: dict | None = None) -> BacktestResult:
+                 trace_meta: dict | None = None, dynamo_predictor: str = "constant") -> BacktestResult:
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
         raise UserError(f"--baselines: unknown {', '.join(unknown)}; allowed: {', '.join(BASELINES)}")
@@ -196,7 +196,7 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
         elif b == "reactive":
             controllers.append((ReactiveController(policy, profile, initial), policy.metrics.window_s))
         elif b == "dynamo-sla":
-            dyn = DynamoSLAController(policy, profile, initial)
+            dyn = DynamoSLAController(policy, profile, initial, predictor=dynamo_predictor)
             controllers.append((dyn, dyn.interval_s))
         elif b == "oracle":
             assert schedule is not None
@@ -225,6 +225,7 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
                 "kv_link_gbps": policy.kv_link.gbps, "profile_model": profile.model.name,
                 "prefill_tp": profile.selected_tp("prefill"), "decode_tp": profile.selected_tp("decode"),
                 "initial_replicas": initial, "chunk_tokens": config.chunk_tokens,
+                "dynamo_predictor": dynamo_predictor,
                 "planner": "stand-in (planner.sim.baselines.StandInPlanner)" if stand_in
                 else "planner.decide.controller.make_planner_controller"},
         "policies": policies,

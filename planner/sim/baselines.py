@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from planner.config import Policy
+from planner.errors import UserError
 from planner.profile import Profile
 from planner.types import Decision, NoData, Observation, PoolDecision, Reason
 
@@ -144,7 +145,7 @@ class DynamoSLAController:
     """NVIDIA Dynamo's SLA planner, re-implemented from its documented algorithm.
 
     Every 180 s: predict request count, ISL and OSL for the next interval (``constant``: the last observed
-    values), then
+    values; ``arima``: the registry's ARIMA forecaster one interval ahead), then
       prefill = max(ceil(req x ISL / interval x min(1, cf_p) / prefill_tok_s_per_gpu(ISL) / gpus_p), min)
         with cf_p = observed TTFT / profile TTFT(observed ISL);
       decode: ITL' = ITL target / cf_d (cf_d = observed ITL / profile ITL at the observed concurrency per
@@ -156,6 +157,8 @@ class DynamoSLAController:
 
     def __init__(self, policy: Policy, profile: Profile, initial: Mapping[str, int], interval_s: float = 180.0,
                  predictor: str = "constant") -> None:
+        if predictor not in ("constant", "arima"):
+            raise UserError(f"--dynamo-predictor: {predictor!r}; allowed: constant, arima")
         self.name = "dynamo-sla"
         self.policy = policy
         self.interval_s = interval_s
@@ -164,19 +167,24 @@ class DynamoSLAController:
         self.dc = profile.decode_curve(profile.selected_tp("decode"))
         self.current = dict(initial)
         self.predictor = predictor
-        self.history: list[tuple[float, float, float]] = []
+        self.history: list[tuple[float, float, float, float]] = []
 
-    def _predict(self, req: float, isl: float, osl: float) -> tuple[float, float, float]:
-        self.history.append((req, isl, osl))
+    def _predict(self, req: float, isl: float, osl: float, now_s: float) -> tuple[float, float, float]:
+        self.history.append((now_s, req, isl, osl))
         if self.predictor == "constant" or len(self.history) < 4:
             return req, isl, osl
-        # "arima"-lite: linear trend over the last few intervals, never negative
-        h = self.history[-4:]
+        # Dynamo's ARIMA option, via the project's forecaster registry; constant on any failure.
+        from planner.forecast.base import make_forecaster
+
+        times = [h[0] for h in self.history]
         out = []
-        for i in range(3):
-            ys = [x[i] for x in h]
-            slope = (ys[-1] - ys[0]) / (len(ys) - 1)
-            out.append(max(0.0, ys[-1] + slope))
+        for i, last in ((1, req), (2, isl), (3, osl)):
+            try:
+                f = make_forecaster("arima").fit(times, [h[i] for h in self.history]).forecast(self.interval_s)
+                v = f.mean if f.ok and math.isfinite(f.mean) else last
+            except Exception:  # noqa: BLE001 - a failed fit falls back to the last value, as Dynamo does
+                v = last
+            out.append(max(0.0, v))
         return out[0], out[1], out[2]
 
     def tick(self, observation: Observation | NoData, now_s: float) -> Decision:
@@ -189,7 +197,7 @@ class DynamoSLAController:
             return hold  # Dynamo skips the adjustment when there is no traffic to measure
         interval = self.interval_s
         req_obs = front.rate_rps * interval
-        req, isl, osl = self._predict(req_obs, front.isl_mean, front.osl_mean)
+        req, isl, osl = self._predict(req_obs, front.isl_mean, front.osl_mean, now_s)
         ctx = isl + osl / 2
         # prefill
         cf_p = 1.0

@@ -70,6 +70,8 @@ class _Timing:
         self.engine = engine
         self.dec: dict[int, float] = {}
         self._pre: dict[int, float] = {}
+        self._ttft: dict[int, float] = {}
+        self.overhead_s = engine.prefill_overhead_s()
 
     def step(self, batch: int, mean_ctx: float) -> float:
         key = batch * 1_000_000 + int(mean_ctx) // _CTX_QUANTUM
@@ -83,6 +85,14 @@ class _Timing:
         v = self._pre.get(tokens)
         if v is None:
             v = self._pre[tokens] = self.engine.prefill_iteration_s(tokens)
+        return v
+
+    def ttft_s(self, tokens: int) -> float:
+        """The prefill curve at ``tokens`` in seconds (cached); pieces are timed from it as in
+        EngineModel.prefill_batch_s."""
+        v = self._ttft.get(tokens)
+        if v is None:
+            v = self._ttft[tokens] = self.engine.prefill_batch_s([(0, tokens)])
         return v
 
 
@@ -179,10 +189,9 @@ class Cluster:
         self.finish_s = [math.nan] * n
         self.itl_max_s = [math.nan] * n
         self.failed = [False] * n
-        self.pool_in_s: dict[str, list[float]] = {p: [] for p in self.pools}  # arrivals into each pool
-        self.pool_in_req: dict[str, list[int]] = {p: [] for p in self.pools}
-        self.dec_in_s = self.pool_in_s.get("decode", [])
-        self.dec_in_req = self.pool_in_req.get("decode", [])
+        # arrivals into the decode pool (KV transfer done), for its request rate
+        self.dec_in_s: list[float] = []
+        self.dec_in_req: list[int] = []
         self._seg_pos = [0] * n  # decode segment number at admission (for the largest gap)
         self.next_arrival = 0
         self.done = 0
@@ -216,7 +225,7 @@ class Cluster:
         pop = heapq.heappop
         arr = self.arr
         n = self.n
-        arrive = self._arrive
+        arrive = self._to_agg if self.agg else self._to_prefill
         i = self.next_arrival
         ta = arr[i] if i < n else math.inf
         while True:
@@ -372,9 +381,7 @@ class Cluster:
 
     # ------------------------------------------------------------------------------------------ prefill
     def _arrive(self, req: int) -> None:
-        pool = "aggregated" if self.agg else "prefill"
-        self.pool_in_s[pool].append(self.now)
-        self.pool_in_req[pool].append(req)
+        # The front pool's arrivals are the trace itself (request id = arrival order): nothing to record.
         if self.agg:
             self._to_agg(req)
         else:
@@ -403,14 +410,35 @@ class Cluster:
             self._prefill_start(r)
 
     def _prefill_start(self, r: _Prefill) -> None:
+        """Take up to ``chunk_tokens`` from the head of the queue; time as EngineModel.prefill_batch_s."""
+        q = r.queue
+        if len(q) == 1:
+            head = q[0]
+            rem = head[1]
+            if rem == self.isl[head[0]] and rem <= self.cfg.chunk_tokens:  # one whole prompt: ttft(isl)
+                q.popleft()
+                head[1] = 0
+                r.inflight_tokens = rem
+                r.inflight = [head[0]]
+                r.busy = True
+                r.version += 1
+                heapq.heappush(self._heap, (self.now + self.timing.ttft_s(rem), next(self._seq), self._ev_prefill,
+                                            r, r.version))
+                return
         budget = self.cfg.chunk_tokens
         used = 0
         done: list[int] = []
-        q = r.queue
+        ttft = self.timing.ttft_s
+        over = self.timing.overhead_s
+        t_iter = over
+        isl = self.isl
         while q and used < budget:
             head = q[0]
-            take = min(head[1], budget - used)
-            head[1] -= take
+            rem = head[1]
+            take = rem if rem < budget - used else budget - used
+            start = isl[head[0]] - rem
+            t_iter += ttft(start + take) - (ttft(start) if start else over)
+            head[1] = rem - take
             used += take
             if head[1] == 0:
                 done.append(head[0])
@@ -419,17 +447,24 @@ class Cluster:
         r.inflight = done
         r.busy = True
         r.version += 1
-        self._push(self.now + self.timing.prefill(used), self._ev_prefill, r, r.version)
+        self._push(self.now + t_iter, self._ev_prefill, r, r.version)
 
     def _prefill_done(self, r: _Prefill) -> None:
         r.busy = False
         r.queued_tokens -= r.inflight_tokens
         if r.inflight:
-            self._link_advance(r)
-            v, kvb, isl, h = r.link_v, self.kv_bytes, self.isl, r.link_heap
+            # transfers start: advance the link's processor-sharing clock, add them, re-plan its next event
+            now = self.now
+            h = r.link_heap
+            if h:
+                r.link_v += (now - r.link_t) * self.bw / len(h)
+            r.link_t = now
+            v, kvb, isl = r.link_v, self.kv_bytes, self.isl
             for req in r.inflight:
                 heapq.heappush(h, (v + isl[req] * kvb, req))
-            self._link_schedule(r)
+            r.link_version += 1
+            t = now + max(0.0, h[0][0] - v) * len(h) / self.bw
+            heapq.heappush(self._heap, (t, next(self._seq), self._ev_link, r, r.link_version))
             r.inflight = []
         if r.queue:
             self._prefill_start(r)
@@ -439,19 +474,6 @@ class Cluster:
             self._maybe_gone(r)
 
     # ----------------------------------------------------------------------------------------- KV link
-    def _link_advance(self, r: _Prefill) -> None:
-        n = len(r.link_heap)
-        if n:
-            r.link_v += (self.now - r.link_t) * self.bw / n
-        r.link_t = self.now
-
-    def _link_schedule(self, r: _Prefill) -> None:
-        r.link_version += 1
-        if r.link_heap:
-            n = len(r.link_heap)
-            t = self.now + max(0.0, r.link_heap[0][0] - r.link_v) * n / self.bw
-            self._push(t, self._ev_link, r, r.link_version)
-
     def _link_event(self, r: _Prefill) -> None:
         now = self.now
         h = r.link_heap
@@ -460,12 +482,19 @@ class Cluster:
         r.link_t = now
         v = r.link_v
         eps = 1e-6 * (v if v > 1.0 else 1.0)
+        ready = self.ready["decode"]
         while h and h[0][0] <= v + eps:
             req = heapq.heappop(h)[1]
             if not self.failed[req]:
                 self.dec_in_s.append(now)
                 self.dec_in_req.append(req)
-                self._to_decode(req)
+                if not ready:
+                    self.pending["decode"].append(req)
+                    continue
+                d: _Decode = ready[0] if len(ready) == 1 else min(ready, key=_NOUT)  # type: ignore[assignment]
+                d.nout += 1
+                d.waiting.append(req)
+                self._decode_kick(d)
         r.link_version += 1
         if h:
             t = now + max(0.0, h[0][0] - v) * len(h) / self.bw
@@ -660,18 +689,22 @@ class Cluster:
             r.pq_tokens += self.isl[req]
         if r.pq:
             # one mixed step: decode the batch and prefill up to chunk_tokens of queued prompt
+            # (prefill pieces timed as EngineModel.prefill_batch_s, plus the decode step: mixed_step_s's rule)
             budget = self.cfg.chunk_tokens
             used = 0
+            ttft, over = self.timing.ttft_s, self.timing.overhead_s
+            t_pre = over
             for item in r.pq:
                 take = min(item[1], budget - used)
+                start = self.isl[item[0]] - item[1]
+                t_pre += ttft(start + take) - (ttft(start) if start else over)
                 item[1] -= take
                 used += take
                 if used >= budget:
                     break
             r.pq_tokens -= used
             b = r.b
-            mean = r.ctx_sum / b if b else 0.0
-            dt = self.timing.engine.mixed_step_s(b, mean, used) if b else self.timing.prefill(used)
+            dt = t_pre + (self.timing.step(b, r.ctx_sum / b) if b else 0.0)
             r.dt = dt
             r.version += 1
             r.next_k = 1

@@ -75,10 +75,12 @@ class SimMetricSource:
         ttft, itl = self.latency(window_s, now_s)
         pools: dict[str, PoolObservation] = {}
         for pool in c.pools:
-            times = c.pool_in_s[pool]
-            a = bisect_right(times, now_s - window_s)
-            b = bisect_right(times, now_s)
-            reqs = c.pool_in_req[pool][a:b]
+            if pool == "decode":
+                a = bisect_right(c.dec_in_s, now_s - window_s)
+                b = bisect_right(c.dec_in_s, now_s)
+                reqs: list[int] | range = c.dec_in_req[a:b]
+            else:  # the front pool's arrivals are the trace's (request id = arrival order)
+                reqs = range(bisect_right(c.arr, now_s - window_s), bisect_right(c.arr, now_s))
             n = len(reqs)
             isl_mean = float(np.mean([c.isl[i] for i in reqs])) if n else None
             osl_mean = float(np.mean([c.osl[i] for i in reqs])) if n else None

@@ -1,0 +1,66 @@
+"""Published desired replicas: what KEDA (metrics-api, external gRPC) and HPA (gauge) read.
+
+With KEDA/HPA the planner does not write the cluster; it serves N per pool and the HPA, with an
+AverageValue target of 1, computes ceil(N / 1) = N (INTEGRATION.md §2.5). ``DesiredStore`` is the one
+place the latest N lives; the control loop writes it (through ``PublishActuator``) and the HTTP and gRPC
+servers, on other threads, read it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from planner.telemetry import PlannerMetrics
+from planner.types import Applied
+
+
+@dataclass(frozen=True)
+class Desired:
+    policy: str
+    replicas: Mapping[str, int]
+    version: int  # bumps on every change (stream subscribers compare it)
+
+
+class DesiredStore:
+    def __init__(self, policy: str, pools: tuple[str, ...]) -> None:
+        self.policy = policy
+        self.pools = tuple(pools)
+        self._lock = threading.Lock()
+        self._replicas: dict[str, int] = {}
+        self._version = 0
+
+    def publish(self, targets: Mapping[str, int]) -> dict[str, int | None]:
+        with self._lock:
+            before: dict[str, int | None] = {p: self._replicas.get(p) for p in targets}
+            if any(before[p] != n for p, n in targets.items()):
+                self._replicas.update({p: int(n) for p, n in targets.items()})
+                self._version += 1
+            return before
+
+    def snapshot(self) -> Desired:
+        with self._lock:
+            return Desired(self.policy, dict(self._replicas), self._version)
+
+    def get(self, pool: str) -> int | None:
+        """N for ``pool``; None before the first decision (served as 'unavailable', never as 0)."""
+        with self._lock:
+            return self._replicas.get(pool)
+
+
+class PublishActuator:
+    """Actuator kinds ``keda`` and ``hpa``: publish N (store + ``planner_desired_replicas``), write nothing."""
+
+    def __init__(self, store: DesiredStore, kind: str, metrics: PlannerMetrics | None = None) -> None:
+        self.store = store
+        self.kind = kind
+        self.metrics = metrics
+
+    def apply(self, targets: Mapping[str, int]) -> Applied:
+        before = self.store.publish(targets)
+        if self.metrics is not None:
+            for pool, n in targets.items():
+                self.metrics.desired_replicas.labels(policy=self.store.policy, pool=pool).set(n)
+        changed = any(before[p] != n for p, n in targets.items())
+        return Applied(before=before, after=dict(targets), changed=changed, detail=f"published for {self.kind}")

@@ -1,0 +1,158 @@
+"""`planner run` end to end: a real Prometheus scrapes two vLLM-format exporters (prefill, decode) whose
+counters advance at a controllable request rate; the service reads it, decides, scales Deployments on the
+fake Kubernetes API server, and serves /v1/desired, /readyz, /metrics and the KEDA external scaler.
+
+Load goes up -> the fake decode Deployment's replicas go up. Metrics vanish -> no scale-down, readiness
+degraded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+import yaml
+from fake_kube import FakeKube
+from prom_fixtures import FakeHTTP, PromEnv, prom_env  # noqa: F401
+
+from planner.actuators import externalscaler_pb2 as pb
+from planner.actuators import externalscaler_pb2_grpc as pb_grpc
+from planner.service.runner import RunOptions, Service
+from planner.sources.local_prometheus import free_port
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+REPO = Path(__file__).resolve().parent.parent
+NS = "llm"
+
+
+class Exporter:
+    """vLLM metrics for one engine whose counters advance at ``rate_rps`` (ISL 2000, OSL 300)."""
+
+    def __init__(self, port: int) -> None:
+        self.http = FakeHTTP(port)
+        self.rate_rps = 0.0
+        self.done = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._advance, daemon=True)
+        self._thread.start()
+
+    def _advance(self) -> None:
+        while not self._stop.wait(0.1):
+            self.done += self.rate_rps * 0.1
+            self.http.text = self.text()
+
+    def text(self) -> str:
+        n, lab = self.done, 'model_name="m",engine="0"'
+
+        def hist(name: str, bounds: tuple[float, ...], value: float) -> list[str]:
+            out = [f"# TYPE {name} histogram"]
+            for b in (*bounds, "+Inf"):
+                inside = b == "+Inf" or value <= b
+                out.append(f'{name}_bucket{{{lab},le="{b}"}} {n if inside else 0}')
+            return [*out, f"{name}_sum{{{lab}}} {n * value}", f"{name}_count{{{lab}}} {n}"]
+
+        lines = ["# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} 1",
+                 "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lab}}} 0",
+                 "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lab}}} 0.1",
+                 "# TYPE vllm:request_success_total counter",
+                 f'vllm:request_success_total{{{lab},finished_reason="length"}} {n}',
+                 "# TYPE vllm:request_prompt_tokens histogram",
+                 f"vllm:request_prompt_tokens_sum{{{lab}}} {n * 2000}", f"vllm:request_prompt_tokens_count{{{lab}}} {n}",
+                 "# TYPE vllm:request_generation_tokens histogram",
+                 f"vllm:request_generation_tokens_sum{{{lab}}} {n * 300}",
+                 f"vllm:request_generation_tokens_count{{{lab}}} {n}",
+                 *hist("vllm:time_to_first_token_seconds", (0.1, 0.5, 1.0), 0.08),
+                 *hist("vllm:inter_token_latency_seconds", (0.01, 0.05, 0.1), 0.008)]
+        return "\n".join(lines) + "\n"
+
+    def vanish(self) -> None:
+        self._stop.set()
+        self.http.stop()  # the scrape target is gone: its series go stale
+
+    def stop(self) -> None:
+        if not self._stop.is_set():
+            self.vanish()
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_run_scales_fake_deployments_from_real_prometheus(prom_env: PromEnv, tmp_path: Path) -> None:  # noqa: F811
+    pre_slot, dec_slot = prom_env.take(2)
+    exporters = [Exporter(pre_slot.port), Exporter(dec_slot.port)]
+    for e in exporters:
+        e.rate_rps = 2.0
+    kube = FakeKube().start()
+    kube.add_deployment(NS, "pre", 1)
+    kube.add_deployment(NS, "dec", 1)
+    policy = {
+        "name": "e2e", "profile": str(REPO / "profiles/h200/qwen3-8b.json"), "interval_s": 1, "startup_s": 5,
+        "pools": {"prefill": {"target": {"name": "pre", "namespace": NS}},
+                  "decode": {"target": {"name": "dec", "namespace": NS}}},
+        "forecast": {"model": "last-value", "history_s": 120},
+        "behavior": {"scale_up": {"policies": [{"type": "pods", "value": 100, "period_s": 1}]},
+                     "scale_down": {"stabilization_window_s": 0,
+                                    "policies": [{"type": "pods", "value": 100, "period_s": 1}]}},
+        "metrics": {"url": prom_env.url, "window_s": 5, "stale_after_intervals": 4,
+                    "selectors": {"prefill": pre_slot.selector, "decode": dec_slot.selector}},
+        "actuator": {"kind": "kubernetes"},
+    }
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    opts = RunOptions(path, host="127.0.0.1", port=0, grpc_port=free_port())
+    service = Service(opts, api_client=kube.api_client()).start()
+    runner = threading.Thread(target=service.run, daemon=True)
+    runner.start()
+    base = service.http.url
+    try:
+        def desired(pool: str) -> int | None:
+            r = httpx.get(f"{base}/v1/desired", params={"pool": pool}, timeout=5)
+            return r.json()["desired"] if r.status_code == 200 else None
+
+        wait_until(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, 30, "readiness")
+        wait_until(lambda: desired("decode") is not None, 30, "a first decision")
+        low = kube.replicas("deployments", NS, "dec")
+        assert desired("decode") == low
+
+        for e in exporters:
+            e.rate_rps = 40.0
+        wait_until(lambda: kube.replicas("deployments", NS, "dec") > low, 40, "decode to scale up")
+        high = kube.replicas("deployments", NS, "dec")
+        wait_until(lambda: desired("decode") == kube.replicas("deployments", NS, "dec"), 10, "HTTP == cluster")
+
+        with grpc.insecure_channel(f"127.0.0.1:{service.grpc.port}") as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+            ref = pb.ScaledObjectRef(name="so", namespace=NS, scalerMetadata={"pool": "decode"})
+            value = stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="desired")).metricValues[0]
+        assert value.metricValue >= low and value.metricValueFloat == float(value.metricValue)
+
+        metrics = httpx.get(f"{base}/metrics", timeout=5).text
+        assert 'planner_desired_replicas{policy="e2e",pool="decode"}' in metrics
+
+        held = kube.replicas("deployments", NS, "dec")
+        for e in exporters:
+            e.vanish()  # metrics vanish: the planner must hold, not fall to the floor
+        wait_until(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 503, 40, "degraded readiness")
+        seen = []
+        for _ in range(10):
+            seen.append(kube.replicas("deployments", NS, "dec"))
+            time.sleep(0.3)
+        assert min(seen) >= held >= high > low
+        body = httpx.get(f"{base}/readyz", timeout=5).json()
+        assert body["status"] == "degraded" and "decode/rate" in body["missing"]
+    finally:
+        service.stop_event.set()
+        runner.join(15)
+        for e in exporters:
+            e.stop()
+        kube.stop()
+    assert not runner.is_alive()
