@@ -144,3 +144,25 @@ def test_missing_target_is_user_error() -> None:
     policy = parse_policy({"name": "p", "profile": "x.json", "pools": {"prefill": {}, "decode": {}}})
     with pytest.raises(UserError, match="pools.prefill.target' is required"):
         targets_from_policy(policy)
+
+
+def test_fake_server_speaks_the_api(kube: FakeKube) -> None:
+    """The fake answers the official client like an API server: PATCH, 422 and 409 with Status bodies."""
+    import json
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    kube.add_deployment(NS, "dec", 2)
+    apps = client.AppsV1Api(kube.api_client())
+    patched = apps.patch_namespaced_deployment_scale("dec", NS, {"spec": {"replicas": 3}})
+    assert patched.spec.replicas == 3 and patched.status.selector == "app=dec"
+    rv = patched.metadata.resource_version
+    cases = [({"spec": {"replicas": -1}}, 422, "Invalid"),
+             ({"metadata": {"resourceVersion": "1"}, "spec": {"replicas": 4}}, 409, "Conflict")]
+    for body, code, reason in cases:
+        with pytest.raises(ApiException) as info:
+            apps.patch_namespaced_deployment_scale("dec", NS, body)
+        status = json.loads(info.value.body)
+        assert (info.value.status, status["kind"], status["reason"], status["code"]) == (code, "Status", reason, code)
+    assert apps.read_namespaced_deployment_scale("dec", NS).metadata.resource_version == rv  # failed writes change nothing

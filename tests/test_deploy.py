@@ -132,6 +132,7 @@ def validate_scaled_object(obj: dict) -> None:
     assert spec.get("idleReplicaCount", -1) < spec.get("minReplicaCount", 0) or "idleReplicaCount" not in spec
     assert spec.get("minReplicaCount", 0) <= spec.get("maxReplicaCount", 100)
     for trigger in spec["triggers"]:
+        assert "metricType" not in trigger["metadata"], "metricType belongs at trigger level (§2.5 item 6)"
         rules = TRIGGER_METADATA.get(trigger["type"])
         assert rules is not None, f"trigger type {trigger['type']} not covered by this check"
         missing = [k for k in rules["required"] if k not in trigger["metadata"]]
@@ -139,7 +140,6 @@ def validate_scaled_object(obj: dict) -> None:
         if rules["allowed"] is not None:
             unknown = set(trigger["metadata"]) - set(rules["allowed"])
             assert not unknown, f"{obj['metadata']['name']}: unknown {trigger['type']} metadata {unknown}"
-        assert "metricType" not in trigger["metadata"], "metricType belongs at trigger level (§2.5 item 6)"
     behavior = spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior")
     if behavior is not None:  # copied verbatim into the HPA: validate it with the real autoscaling/v2 schema
         hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "x"},

@@ -1,9 +1,9 @@
-"""`planner run` end to end: a real Prometheus scrapes two vLLM-format exporters (prefill, decode) whose
+"""`planner run` end to end. First test: a real Prometheus scrapes two vLLM-format exporters (prefill, decode) whose
 counters advance at a controllable request rate; the service reads it, decides, scales Deployments on the
 fake Kubernetes API server, and serves /v1/desired, /readyz, /metrics and the KEDA external scaler.
 
 Load goes up -> the fake decode Deployment's replicas go up. Metrics vanish -> no scale-down, readiness
-degraded.
+degraded. Second test: the same service reads two real engine emulators (`planner emulate`) under traffic.
 """
 
 from __future__ import annotations
@@ -156,3 +156,64 @@ def test_run_scales_fake_deployments_from_real_prometheus(prom_env: PromEnv, tmp
             e.stop()
         kube.stop()
     assert not runner.is_alive()
+
+
+def test_run_reads_real_emulators(prom_env: PromEnv, tmp_path: Path) -> None:  # noqa: F811
+    """Against `planner emulate`'s engines (vLLM metric names, the shared engine timing model) under light
+    traffic: the service observes the traffic and publishes a decision sized by the SLA model."""
+    from planner.emulator.app import create_app, engine_model_for
+    from planner.profile import load_profile
+    from planner.service.background import BackgroundServer
+
+    profile_path = REPO / "profiles/h200/qwen3-0.6b.json"
+    prof = load_profile(profile_path)
+    pre_slot, dec_slot = prom_env.take(2)
+    engines = [BackgroundServer(create_app(engine_model_for(prof, role), "qwen3-0.6b", 1.0), port=slot.port).start()
+               for role, slot in (("prefill", pre_slot), ("decode", dec_slot))]
+    stop = threading.Event()
+
+    def traffic() -> None:
+        with httpx.Client(timeout=30) as client:
+            i = 0
+            while not stop.is_set():
+                for e in engines:
+                    try:
+                        client.post(f"{e.url}/v1/completions", json={"prompt": "word " * (50 + i % 50),
+                                                                     "max_tokens": 8})
+                    except httpx.HTTPError:
+                        pass
+                i += 1
+                stop.wait(0.1)
+
+    sender = threading.Thread(target=traffic, daemon=True)
+    sender.start()
+    policy = {"name": "emu", "profile": str(profile_path), "interval_s": 1, "startup_s": 5,
+              "pools": {"prefill": {}, "decode": {}}, "forecast": {"model": "last-value", "history_s": 60},
+              "metrics": {"url": prom_env.url, "window_s": 5, "stale_after_intervals": 4,
+                          "selectors": {"prefill": pre_slot.selector, "decode": dec_slot.selector}},
+              "actuator": {"kind": "dry-run"}}
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    service = Service(RunOptions(path, host="127.0.0.1", port=0, grpc_port=0)).start()
+    runner = threading.Thread(target=service.run, daemon=True)
+    runner.start()
+    try:
+        def sized() -> bool:
+            last = service.loop.last
+            return bool(last and last.decision and last.decision.pools
+                        and any(r.value == "sla_capacity" for r in last.decision.reasons)
+                        and last.observation.__class__.__name__ == "Observation"
+                        and last.observation.pools["prefill"].rate_rps > 0)
+
+        wait_until(sized, 40, "a decision sized from observed emulator traffic")
+        r = httpx.get(f"{service.http.url}/v1/desired", params={"pool": "decode"}, timeout=5)
+        assert r.status_code == 200 and r.json()["desired"] >= 1
+        text = httpx.get(f"{service.http.url}/metrics", timeout=5).text
+        assert 'planner_observed_rate_rps{policy="emu",pool="prefill"}' in text
+    finally:
+        stop.set()
+        service.stop_event.set()
+        runner.join(15)
+        sender.join(10)
+        for e in engines:
+            e.stop()

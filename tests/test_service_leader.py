@@ -100,3 +100,10 @@ def test_standby_neither_actuates_nor_publishes(kube: FakeKube, repo) -> None:  
     assert loops["a"].actuator.calls and loops["b"].actuator.calls == []
     assert loops["b"].store.get("decode") is None and loops["a"].store.get("decode") == ra.decision.targets()["decode"]
     assert rb.decision is not None  # the standby keeps its controller warm for a takeover
+
+
+def test_lease_times_always_carry_microseconds(kube: FakeKube) -> None:
+    a = elector(kube, "a")
+    assert a.step(1_700_000_000.0)  # a whole second: isoformat() would drop the fraction
+    renew = kube.leases[("llm", "planner")]["spec"]["renewTime"]
+    assert renew.startswith("2023-11-14T22:13:20.") and len(renew.split(".")[1].split("+")[0]) == 6

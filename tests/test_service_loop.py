@@ -235,3 +235,16 @@ def test_forbidden_target_keeps_loop_alive(kube: FakeKube) -> None:
     failed = [t for t in ticks if t.error]
     assert failed and all("forbidden" in t.error and "deployments/scale" in t.error for t in failed)
     assert h.errors("actuate") == len(failed)
+
+
+def test_any_tick_failure_is_counted_not_fatal() -> None:
+    h = SimHarness(step_trace(), policy())
+
+    class BrokenElector:
+        def step(self, now_s: float) -> bool:
+            raise KeyError("lease record")
+
+    loop = h.loop(RecordingActuator(), elector=BrokenElector())
+    ticks = h.run(loop, until_s=90)
+    assert [t.error for t in ticks] == ["internal: 'lease record'"] * 3
+    assert h.errors("internal") == 3

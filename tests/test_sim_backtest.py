@@ -57,6 +57,8 @@ def test_cli_backtest_writes_the_report_contract(tmp_path: Path, policy_file: Pa
     for png in ("load.png", "replicas.png", "latency.png"):
         assert (out / png).stat().st_size > 1000
     assert "| oracle |" in (out / "report.md").read_text()
+    header = (out / "timeline.csv").read_text().splitlines()[0].split(",")
+    assert {"policy", "t_s", "prefill.ready", "decode.starting", "decode.kv_usage", "gpus"} <= set(header)
     oracle = report["policies"]["oracle"]
     # the oracle meets the SLA it was searched for, and static (at the oracle's peak) costs at least as much
     assert oracle["attainment_ttft"] >= 0.93 and oracle["attainment_itl"] >= 0.93
@@ -138,12 +140,18 @@ def test_reactive_hpa_tolerance_and_stabilisation(pol) -> None:  # noqa: ANN001
     prof = load_profile(PROFILE)
     ctl = ReactiveController(pol, prof, {"prefill": 4, "decode": 4})
     # within 10 % of the target: no change
-    assert ctl.tick(_obs(10, queue=2 * 4 * 1.05, kv=0.1, ready=4), 15.0).targets() == {"prefill": 4, "decode": 4}
-    up = ctl.tick(_obs(10, queue=2 * 4 * 2, kv=0.1, ready=4), 30.0).targets()
+    assert ctl.tick(_obs(10, queue=2 * 4 * 1.05, kv=0.1, ready=4, running=2), 15.0).targets() == {"prefill": 4,
+                                                                                                 "decode": 4}
+    up = ctl.tick(_obs(10, queue=2 * 4 * 2, kv=0.1, ready=4, running=2), 30.0).targets()
     assert up["prefill"] == 8
     # low load right after: held by the 300 s scale-down stabilisation window
-    assert ctl.tick(_obs(10, queue=0, kv=0.0, ready=8), 45.0).targets()["prefill"] == 8
-    assert ctl.tick(_obs(10, queue=0, kv=0.0, ready=8), 400.0).targets()["prefill"] == pol.pools.prefill.min_replicas
+    assert ctl.tick(_obs(10, queue=0, kv=0.0, ready=8, running=0), 45.0).targets()["prefill"] == 8
+    assert ctl.tick(_obs(10, queue=0, kv=0.0, ready=8, running=0), 400.0).targets()["prefill"] == \
+        pol.pools.prefill.min_replicas
+    # a busy decode pool (running sequences per replica above the batch target) scales up proportionally
+    fresh = ReactiveController(pol, prof, {"prefill": 4, "decode": 4})
+    busy = fresh.tick(_obs(10, queue=0, kv=0.1, ready=4, running=4 * 2 * fresh.decode_running_target), 15.0)
+    assert busy.targets()["decode"] == 8
 
 
 def test_static_never_moves(pol) -> None:  # noqa: ANN001

@@ -47,9 +47,10 @@ class KubernetesScaleActuator:
             fn = (self.apps.read_namespaced_deployment_scale if t.plural == "deployments"
                   else self.apps.read_namespaced_stateful_set_scale)
             scale = fn(t.name, t.namespace, _request_timeout=self.request_timeout_s)
-            return int(scale.spec.replicas or 0), str(scale.metadata.resource_version)
-        obj = self.custom.get_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural, t.name,
-                                                             _request_timeout=self.request_timeout_s)
+            replicas = scale.spec.replicas if scale.spec is not None else None
+            return int(replicas or 0), str(scale.metadata.resource_version if scale.metadata is not None else "")
+        obj: Any = self.custom.get_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural,
+                                                                  t.name, _request_timeout=self.request_timeout_s)
         return int((obj.get("spec") or {}).get("replicas") or 0), str(obj["metadata"]["resourceVersion"])
 
     def _replace(self, t: ScaleTarget, replicas: int, resource_version: str) -> None:
@@ -65,11 +66,12 @@ class KubernetesScaleActuator:
             fn(t.name, t.namespace, body, field_manager=self.field_manager,
                _request_timeout=self.request_timeout_s)
             return
-        body = {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                "metadata": {"name": t.name, "namespace": t.namespace, "resourceVersion": resource_version},
-                "spec": {"replicas": replicas}}
-        self.custom.replace_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural, t.name, body,
-                                                           field_manager=self.field_manager,
+        custom_body: dict[str, Any] = {
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": t.name, "namespace": t.namespace, "resourceVersion": resource_version},
+            "spec": {"replicas": replicas}}
+        self.custom.replace_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural, t.name,
+                                                           custom_body, field_manager=self.field_manager,
                                                            _request_timeout=self.request_timeout_s)
 
     # --------------------------------------------------------------------------------------- actuate

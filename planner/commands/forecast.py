@@ -12,7 +12,7 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from planner.commands.args import positive
@@ -124,8 +124,11 @@ def evaluate_series(times_s: np.ndarray, values: np.ndarray, models: list[str], 
         for name in run_models:
             task = bar.add_task(f"{label} {name}", total=len(targets))
             forecaster = make_forecaster(name)
+            def advance(task: TaskID = task) -> None:
+                bar.advance(task)
+
             lat, pred, labels = forecasts_at_origins(times_s, values, forecaster, horizon_s, o, time.perf_counter,
-                                                     lambda task=task: bar.advance(task))
+                                                     advance)
             results[name] = (lat, pred, labels)
     lv_pred = results["last-value"][1]["mean"]
     lv_mae = float(np.mean(np.abs(y[keep] - np.nan_to_num(lv_pred[keep]))))
@@ -149,7 +152,8 @@ def render_table(console: Console, title: str, models: dict[str, dict[str, objec
     def f(x: object, fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
 
-    best = min((m["mase"] for m in models.values() if m["mase"] is not None), default=None)
+    mases = [float(m["mase"]) for m in models.values() if isinstance(m["mase"], int | float)]
+    best = min(mases, default=None)
     for name, m in models.items():
         chosen = m.get("chosen") or {}
         top = next(iter(chosen), "") if isinstance(chosen, dict) else ""

@@ -112,8 +112,10 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
             reasons.append(Reason.SCALE_DOWN_LIMIT)
 
     if out < current and memory.last_direction > 0:
+        # Judged on where the pool is heading (the stabilised recommendation), not on this tick's
+        # rate-limited step: a large pool shrinking 10 % a minute is a real change, not a flap.
         recent = [t for t in memory.direction_changes if t > now_s - OSCILLATION_AUDIT_S]
-        if recent and current - out < max(FLAP_MIN_REPLICAS, FLAP_SHARE * current):
+        if recent and current - stabilised < max(FLAP_MIN_REPLICAS, FLAP_SHARE * current):
             out = current
             reasons.append(Reason.SCALE_DOWN_STABILIZED)
 

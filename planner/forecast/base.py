@@ -5,8 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+import numpy as np
+
+from planner.forecast.empirical import forecast_from_kernel
+from planner.forecast.history import NoHistory, Series, prepare
 from planner.types import QUANTILES, Forecast
 
 
@@ -14,10 +18,14 @@ class Fitted(Protocol):
     def forecast(self, horizon_s: float) -> Forecast: ...
 
 
+# History arrives as lists from the controller and as numpy arrays from evaluation; both are accepted.
+History = Sequence[float] | np.ndarray
+
+
 class Forecaster(Protocol):
     name: str
 
-    def fit(self, times_s: Sequence[float], values: Sequence[float]) -> Fitted: ...
+    def fit(self, times_s: History, values: History) -> Fitted: ...
 
 
 def finite_history(times_s: Sequence[float], values: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -33,12 +41,9 @@ def no_forecast(horizon_s: float, model: str, reason: str, fallback: float = mat
 
 @dataclass(frozen=True)
 class _LastValueFitted:
-    history: Any  # history.Series | history.NoHistory (imported lazily: history imports this module's users)
+    history: Series | NoHistory
 
     def forecast(self, horizon_s: float) -> Forecast:
-        from planner.forecast.empirical import forecast_from_kernel
-        from planner.forecast.history import NoHistory
-
         if not math.isfinite(horizon_s) or horizon_s < 0:
             return no_forecast(horizon_s, "last-value", f"horizon_s must be finite and >= 0, got {horizon_s!r}")
         if isinstance(self.history, NoHistory):
@@ -55,9 +60,7 @@ class LastValue:
 
     name = "last-value"
 
-    def fit(self, times_s: Sequence[float], values: Sequence[float]) -> Fitted:
-        from planner.forecast.history import prepare
-
+    def fit(self, times_s: History, values: History) -> Fitted:
         return _LastValueFitted(prepare(times_s, values))
 
 

@@ -118,6 +118,9 @@ class StatsmodelsForecaster:
         y = s.values[max(0, anchor + 1 - self.window_points(s)): anchor + 1]
         if len(y) < self.min_points:
             return Estimate(error=f"{len(y)} points at the refit anchor < {self.min_points} needed")
+        if float(np.ptp(y)) == 0.0:
+            # A flat window has no variance to estimate from; the optimiser would only thrash on it.
+            return Estimate(error="flat history, nothing to estimate")
         try:
             with quiet():
                 return self.estimate(y, s)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from planner.forecast import simple
 from planner.forecast.auto import Auto
@@ -31,12 +30,3 @@ REGISTRY: dict[str, Callable[..., Forecaster]] = {
 DEFAULT_EVAL_MODELS = ("last-value", "moving-average", "ewma", "holt", "seasonal-naive-daily",
                        "seasonal-delta-daily", "holt-winters", "arima", "kalman-llt", "auto")
 
-
-def names() -> list[str]:
-    return sorted(REGISTRY)
-
-
-def describe(name: str) -> str:
-    factory: Any = REGISTRY[name]
-    doc = (getattr(factory, "__doc__", None) or "").strip().splitlines()
-    return doc[0] if doc else name

@@ -20,7 +20,10 @@ log = logging.getLogger("planner.leader")
 
 
 def _ts(now_s: float) -> datetime:
-    return datetime.fromtimestamp(now_s, tz=UTC)
+    # The API server parses Lease times as RFC3339 with exactly six fractional digits (MicroTime), but the
+    # client serialises with isoformat(), which drops the fraction when it is zero: never send a zero one.
+    t = datetime.fromtimestamp(now_s, tz=UTC)
+    return t.replace(microsecond=1) if t.microsecond == 0 else t
 
 
 class LeaseElector:

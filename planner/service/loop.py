@@ -82,7 +82,13 @@ class ControlLoop:
         started = time.perf_counter()
         now_s = self.clock.now_s()
         self._read_s = None
-        result = self._tick(now_s)
+        try:
+            result = self._tick(now_s)
+        except Exception as exc:  # noqa: BLE001 - the loop outlives any one tick's bug; count it, go on
+            record_error(self.metrics, self.name, "internal")
+            self.logger.exception("policy %s: tick failed", self.name)
+            result = TickResult(now_s, NoData(NoDataReason.BAD_RESPONSE, "tick failed", now_s),
+                                error=f"internal: {exc}")
         record_tick(self.metrics, self.name, time.perf_counter() - started, self._read_s)
         self.ticks += 1
         self.last = result
@@ -137,7 +143,7 @@ class ControlLoop:
 
     # ------------------------------------------------------------------------------------------ schedule
     def run(self, stop: threading.Event | None = None, max_ticks: int | None = None,
-            wait: Callable[[float], None] | None = None) -> int:
+            wait: Callable[[float], object] | None = None) -> int:
         """Tick on the grid until ``stop`` is set or ``max_ticks`` ran; returns the number of ticks."""
         stop = stop or threading.Event()
         wait = wait or self.clock.sleep  # `planner run` passes stop.wait so a signal ends the wait at once

@@ -151,6 +151,7 @@ class Service:
                 self.grpc = GrpcThread(self.loop.store, self.opts.host, self.opts.grpc_port).start()
             except BaseException:
                 self.http.stop()
+                self.http = None
                 raise
         log.info("planner %s: http on %s:%d%s; actuator %s; every %gs", self.loop.name, self.opts.host,
                  self.http.port, f", grpc on {self.grpc.port}" if self.grpc else "",

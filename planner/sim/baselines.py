@@ -3,9 +3,11 @@
 - ``static``: fixed sizes (the backtest passes the oracle's peak).
 - ``reactive``: HPA/KEDA-style thresholds with HPA's default behaviour (tolerance 10 %, scale-down
   stabilisation 300 s, scale-up at most max(+100 %, +4 pods) per 15 s, scale-down at most -100 % per 15 s).
-  Metrics (HPA takes the largest desired count over its metrics): prefill: waiting requests per replica
-  (target 2); decode: KV-cache usage (target 0.7) and waiting requests per replica (target 2); aggregated:
-  all three.
+  Metrics (HPA takes the largest desired count over its metrics), thresholds as an operator would set
+  them from a load test of the profile: prefill: waiting requests per replica (target 2) and requests in
+  prefill per replica (target 0.8); decode: waiting requests per replica (target 2), KV-cache usage (target
+  0.7) and running sequences per replica (target 80 % of the profile's largest batch meeting the ITL target
+  at its workload's context); aggregated: all of them.
 - ``dynamo-sla``: a re-implementation of NVIDIA Dynamo's SLA planner (see :class:`DynamoSLAController`).
 All hold their previous targets on NoData; none reads a clock.
 """
@@ -75,6 +77,8 @@ HPA_DOWN_STABILISATION_S = 300.0
 HPA_PERIOD_S = 15.0
 QUEUE_PER_REPLICA_TARGET = 2.0
 KV_USAGE_TARGET = 0.7
+PREFILL_RUNNING_TARGET = 0.8
+DECODE_BATCH_SHARE = 0.8
 
 
 class ReactiveController:
@@ -86,6 +90,10 @@ class ReactiveController:
         self.interval_s = interval_s
         self.gpus = gpus_per_replica(policy, profile)
         self.current = dict(initial)
+        dc = profile.decode_curve(profile.selected_tp("decode"))
+        sel = profile.selection
+        ctx = (sel.workload.isl + sel.workload.osl / 2) if sel else 1000.0
+        self.decode_running_target = max(1.0, DECODE_BATCH_SHARE * dc.max_batch_meeting(policy.sla.itl_ms, ctx))
         # HPA would have been running before the replay: its window starts with the current size.
         self.recs: dict[str, deque[tuple[float, int]]] = {p: deque([(0.0, initial[p])]) for p in policy.pool_names()}
 
@@ -96,8 +104,12 @@ class ReactiveController:
         cur = max(1, self.current[pool])
         ready = max(1, po.ready_replicas or 0)
         ratios = [po.queue / ready / QUEUE_PER_REPLICA_TARGET]
-        if pool != "prefill" and po.kv_usage is not None:
-            ratios.append(po.kv_usage / KV_USAGE_TARGET)
+        if pool == "prefill":
+            ratios.append(po.running / ready / PREFILL_RUNNING_TARGET)
+        else:
+            ratios.append(po.running / ready / self.decode_running_target)
+            if po.kv_usage is not None:
+                ratios.append(po.kv_usage / KV_USAGE_TARGET)
         ratio = max(ratios)
         if abs(ratio - 1.0) <= HPA_TOLERANCE:
             return float(cur)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -45,7 +46,7 @@ def render_markdown(report: dict) -> str:
         o = report["oracle"]
         lines += ["", f"Oracle ({o['simulations']} sub-simulations, {o['simulated_requests']:,} simulated requests, "
                   f"{o.get('infeasible_intervals', 0)} intervals infeasible within the ceilings): {o['method']}"]
-    lines += ["", "Plots: load.png, replicas.png, latency.png.", ""]
+    lines += ["", "Plots: load.png, replicas.png, latency.png. Per-interval records: timeline.csv.", ""]
     return "\n".join(lines)
 
 
@@ -105,11 +106,25 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     return paths
 
 
+def write_timelines(result: BacktestResult, out: Path) -> Path:
+    """timeline.csv: per policy and sample time, replicas by state, GPUs, queue, running, KV usage, latency."""
+    rows = [(name, row) for name, rep in result.replays.items() for row in rep.timeline]
+    keys = list(rows[0][1]) if rows else ["t_s"]
+    path = out / "timeline.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["policy", *keys])
+        for name, row in rows:
+            w.writerow([name, *(f"{row.get(k, math.nan):.6g}" for k in keys)])
+    return path
+
+
 def write_report(result: BacktestResult, out: Path, plots: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "report.json", out / "report.md"]
     paths[0].write_text(json.dumps(result.report, indent=1) + "\n")
     paths[1].write_text(render_markdown(result.report))
+    paths.append(write_timelines(result, out))
     if plots:
         paths += write_plots(result, out)
     return paths

@@ -34,6 +34,7 @@ SCALE_MODES = ("superpose", "compress")
 # Superposed copies are shifted by a random offset in [0, SUPERPOSE_SHIFT_S): enough to break the
 # lock-step of identical copies, small enough to keep the trace's minute-scale load shape (peak/mean).
 SUPERPOSE_SHIFT_S = 60.0
+MAX_SYNTH_REQUESTS = 20_000_000  # a ServeGen file spans 14 days; synthesising all of it would not fit memory
 
 
 # ------------------------------------------------------------------------------------------------ records
@@ -433,6 +434,10 @@ def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, st
             windows = RateWindows(windows.window_start_s[keep] - lo, windows.window_s[keep],
                                   windows.rate_rps[keep], windows.source)
             start_s = duration_s = None
+        expected = float(np.sum(windows.rate_rps * windows.window_s))
+        if expected > MAX_SYNTH_REQUESTS:
+            raise UserError(f"{p}: synthesising {expected:,.0f} requests exceeds {MAX_SYNTH_REQUESTS:,}; "
+                            f"cut the span with --start-s/--duration-s")
         trace = synthesise_from_rates(windows, seed=seed)
     else:
         cols = dict(columns or {})
