@@ -315,3 +315,12 @@ def test_dashboard_config_map(overlay: tuple[str, list[dict]]) -> None:
 def test_base_is_namespace_agnostic() -> None:
     objs = render(DEPLOY / "base")
     assert all("namespace" not in o["metadata"] for o in objs)
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAYS))
+def test_overlay_policies_differ_from_base_only_in_actuator(name: str) -> None:
+    base = yaml.safe_load((DEPLOY / "base" / "policy.yaml").read_text())
+    mine = yaml.safe_load((DEPLOY / "overlays" / name / "policy.yaml").read_text())
+    assert mine.pop("actuator") == {"kind": OVERLAYS[name]}
+    base.pop("actuator")
+    assert mine == base
