@@ -49,7 +49,7 @@ def test_spike_scales_up_then_down_slowly() -> None:
     high = max(i for i, d in enumerate(decisions) if d.pools["prefill"].desired_unclamped >= peak)
     assert all(n == peak for n in prefill[high: high + 10])
     assert any(Reason.SCALE_DOWN_STABILIZED in d.pools["prefill"].reasons for d in decisions[high + 1: high + 10])
-    downs = [b - a for a, b in zip(prefill, prefill[1:])]
+    downs = [b - a for a, b in zip(prefill, prefill[1:], strict=False)]
     assert min(downs) >= -1, "scale-down is limited to 1 pod per 60 s"
     assert prefill[-1] < peak
 
@@ -60,7 +60,7 @@ def test_ramp_down_then_idle_reaches_the_floors() -> None:
     decisions = drive(fast_down, lambda t: max(0.0, 300.0 * (1 - t / 3600.0)), hours=2.0,
                       initial={"prefill": 50, "decode": 10})
     prefill = [d.targets()["prefill"] for d in decisions]
-    assert all(b <= a for a, b in zip(prefill[2:], prefill[3:])), "a falling load never scales up"
+    assert all(b <= a for a, b in zip(prefill[2:], prefill[3:], strict=False)), "a falling load never scales up"
     last = decisions[-1]
     assert last.targets() == {"prefill": 1, "decode": 1}
     assert Reason.ZERO_TRAFFIC in last.reasons and Reason.FLOOR in last.reasons
@@ -105,7 +105,7 @@ def test_external_scale_up_is_adopted_and_undone_gradually() -> None:
     base = decisions[38].targets()["prefill"]
     after = [d.targets()["prefill"] for d in decisions[40:]]
     assert after[0] == base + 9  # adopted: only one replica removed per 60 s, not dropped at once
-    assert all(a - b <= 1 for a, b in zip(after, after[1:]))  # removed one by one
+    assert all(a - b <= 1 for a, b in zip(after, after[1:], strict=False))  # removed one by one
     assert after[-1] == base
 
 

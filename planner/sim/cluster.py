@@ -597,24 +597,25 @@ class Cluster:
             self._agg_boundary(r)
             return
         w = r.waiting
+        admitted: list[int] | None = None
         if w:
             isl, osl, fin, seg_pos = self.isl, self.osl, r.fin, self._seg_pos
             max_b, cap = self.max_batch, self.kv_cap
-            admitted: list[int] = []
+            b, kv, ctx, step, seg = r.b, r.kv_used, r.ctx_sum, r.step_no, r.seg_no
+            admitted = []
             while w:
                 req = w[0]
-                need = isl[req] + osl[req]
-                if r.b >= max_b or r.kv_used + need > cap:
+                i, o = isl[req], osl[req]
+                if b >= max_b or kv + i + o > cap:
                     break
                 w.popleft()
-                r.b += 1
-                r.ctx_sum += isl[req]
-                r.kv_used += need
-                heapq.heappush(fin, (r.step_no + osl[req], req))
-                seg_pos[req] = r.seg_no
+                b += 1
+                ctx += i
+                kv += i + o
+                heapq.heappush(fin, (step + o, req))
+                seg_pos[req] = seg
                 admitted.append(req)
-        else:
-            admitted = []
+            r.b, r.kv_used, r.ctx_sum = b, kv, ctx
         b = r.b
         if b == 0:
             r.dt = 0.0

@@ -12,7 +12,9 @@ Method (documented in every report):
    a. D: the smallest D meeting the ITL part of the SLA with an ample prefill pool (2x its bound + 2);
       for D > 4 this simulates one decode replica fed every D-th request (round-robin share), which is
       D times cheaper and slightly pessimistic versus least-outstanding routing;
-   b. P: the smallest P meeting the whole SLA with that D.
+   b. P: the smallest P meeting the whole SLA with that D; for P > 32 this simulates a 16-prefill-replica
+      share (with the matching share of decode, rounded up) fed a random 16/P of the requests: P/16 times
+      cheaper; least-outstanding routing over 16 replicas queues slightly more than over P.
    Each search starts from the previous interval's answer (walk down while the size below passes, else
    gallop up +1, +2, +4, ... and bisect back) or, for the first interval of a chunk, from the lower bound.
    Typically 4-6 sub-simulations per interval; chunks of consecutive intervals run in worker processes.
@@ -43,11 +45,12 @@ from planner.sim.traces import RequestTrace
 from planner.types import Decision, NoData, Observation, Reason
 
 METHOD = ("per-interval independent sub-simulations (warm-up {warmup:g} s) on a fixed ready cluster; "
-          "smallest D meeting ITL with ample prefill (for D > 4: one replica fed every D-th request), then smallest P meeting the SLA with that D, searched from the "
-          "previous interval's answer or from fluid "
-          "lower bounds; SLA met when TTFT and mean-ITL attainment among the interval's requests are both >= "
-          "the SLA percentile; started {startup:g} s ahead. Not a strict lower bound: intervals solved "
-          "independently, D minimised before P, attainment assumed monotone in replicas.")
+          "smallest D meeting ITL with ample prefill (for D > 4: one replica fed every D-th request), then "
+          "smallest P meeting the SLA with that D (for P > 32: a 16-prefill-replica share fed a random 16/P of "
+          "the requests), each searched from the previous interval's answer or from fluid lower bounds; SLA met "
+          "when TTFT and mean-ITL attainment among the interval's requests are both >= the SLA percentile; "
+          "started {startup:g} s ahead. Not a strict lower bound: intervals solved independently, D minimised "
+          "before P, attainment assumed monotone in replicas, shares route over fewer replicas.")
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class _Job:
 _JOB: _Job | None = None
 CHUNK = 6  # intervals solved in order by one worker (warm-started searches)
 SUBSAMPLE_ABOVE = 4  # the ITL search simulates one decode replica's share when D is larger than this
+SHARE_REPLICAS = 16  # the SLA search simulates a 16-prefill-replica share when P is larger than 32
 
 
 def _init(job: _Job) -> None:
@@ -95,9 +99,22 @@ def _init(job: _Job) -> None:
     _JOB = job
 
 
-def _meets(job: _Job, sub: RequestTrace, scored: np.ndarray, sizes: dict[str, int], itl_only: bool = False) -> bool:
+def _meets(job: _Job, sub: RequestTrace, scored: np.ndarray, sizes: dict[str, int], itl_only: bool = False,
+           u: np.ndarray | None = None) -> bool:
     cfg = replace(job.config, startup_s=0.0, kill=False, tail_s=job.tail_s)
     d = sizes.get("decode", 0)
+    p = sizes.get("prefill", 0)
+    if not itl_only and u is not None and p > 2 * SHARE_REPLICAS:
+        # A large pool behaves like many equal shares: simulate SHARE_REPLICAS prefill replicas (and the
+        # matching share of decode, rounded up) fed a random SHARE_REPLICAS / P of the requests. The same
+        # uniform draws serve every candidate P, so a larger P tests a subset of a smaller P's requests.
+        f = SHARE_REPLICAS / p
+        keep = u < f
+        sub = RequestTrace(sub.arrival_s[keep], sub.isl[keep], sub.osl[keep], sub.source)
+        scored = scored[keep]
+        sizes = {"prefill": SHARE_REPLICAS, "decode": max(1, math.ceil(d * f))}
+        if not scored.any():
+            return True
     if itl_only and d > SUBSAMPLE_ABOVE:
         # ITL depends on one decode replica's batch: simulate one replica fed every d-th request (a
         # round-robin share) instead of d replicas; d times cheaper, slightly pessimistic (no balancing).
@@ -212,7 +229,8 @@ def _solve(k: int, hint: dict[str, int] | None = None) -> tuple[int, dict[str, i
     d, runs, _ = _search(lambda x: _meets(job, sub, scored, {"prefill": ample, "decode": x}, itl_only=True), d_lb, d_cap,
                       hint and hint.get("decode"))
     sims += runs
-    p, runs, ok = _search(lambda x: _meets(job, sub, scored, {"prefill": x, "decode": d}), p_lb, p_cap,
+    u = np.random.default_rng(k).random(len(sub))
+    p, runs, ok = _search(lambda x: _meets(job, sub, scored, {"prefill": x, "decode": d}, u=u), p_lb, p_cap,
                       hint and hint.get("prefill"))
     sims += runs
     return k, {"prefill": p, "decode": d}, sims, sims * len(sub), ok

@@ -1,0 +1,94 @@
+"""`planner demo`: the whole pipeline on an embedded default, no cluster and no GPU needed.
+
+profile (analytical Qwen3-32B on H200 at the trace's workload) -> what-if plan at the mean and peak load ->
+backtest of the embedded Azure conversation trace: the planner against static, reactive (HPA/KEDA-style),
+Dynamo's SLA planner and the oracle, with a report and plots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.rule import Rule
+
+from planner.catalog import data_dir
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @app.command("demo")
+    def demo_cmd(
+        out: Annotated[Path, typer.Option(help="output directory")] = Path("out/demo"),
+        trace: Annotated[Path | None, typer.Option(help="Azure-format trace (default: the embedded conv trace)")] = None,
+        minutes: Annotated[float, typer.Option(help="minutes of the trace to replay")] = 20.0,
+        rate_scale: Annotated[float, typer.Option("--rate-scale", help="arrival-rate multiplier")] = 4.0,
+        baselines: Annotated[str, typer.Option(help="comma-separated baselines")] = "static,reactive,dynamo-sla,oracle",
+        no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
+    ) -> None:
+        """Profile -> plan -> backtest on the embedded Azure trace; writes a report and plots."""
+        import numpy as np
+
+        from planner.catalog import load_hardware, load_model
+        from planner.commands.decide import plan, render
+        from planner.commands.args import positive
+        from planner.config import load_policy
+        from planner.profile import save_profile
+        from planner.profiler.analytical import profile_analytical
+        from planner.profiler.grids import DEFAULT_TP, SweepRequest
+        from planner.profiler.report import render as render_profile
+        from planner.sim.backtest import run_backtest
+        from planner.sim.report import write_report
+        from planner.sim.summary_table import render_summary
+        from planner.sim.traces import load_requests
+
+        positive("--minutes", minutes)
+        positive("--rate-scale", rate_scale)
+        console = Console()
+        if not console.is_terminal:  # piped to a file: don't squeeze the tables into 80 columns
+            console = Console(width=120)
+        trace_path = trace or data_dir() / "traces" / "azure2023-conv.csv"
+        policy = load_policy(data_dir().parent / "policies" / "example.yaml")
+        tr = load_requests(trace_path, "azure", rate_scale=rate_scale, duration_s=minutes * 60.0)
+        isl, osl = int(np.mean(tr.isl)), int(np.mean(tr.osl))
+
+        console.print(Rule("1. profile"))
+        req = SweepRequest(model="qwen3-32b", gpu="h200", tp=DEFAULT_TP, isl=isl, osl=osl,
+                           ttft_ms=policy.sla.ttft_ms, itl_ms=policy.sla.itl_ms, kv_link_gbps=policy.kv_link.gbps)
+        profile = profile_analytical(load_model("qwen3-32b"), load_hardware("h200"), req)
+        out.mkdir(parents=True, exist_ok=True)
+        profile_path = out / "qwen3-32b-h200.json"
+        save_profile(profile, profile_path)
+        render_profile(profile, console)
+        policy = policy.model_copy(update={"profile": str(profile_path)})
+
+        console.print(Rule("2. plan (what-if)"))
+        counts = np.histogram(tr.arrival_s, bins=np.arange(0.0, tr.duration_s + 60.0, 60.0))[0]
+        for label, rate in (("mean", len(tr) / tr.duration_s), ("peak minute", counts.max() / 60.0)):
+            console.print(f"{label} load: {rate:.1f} req/s, ISL {isl}, OSL {osl}")
+            render(plan(policy, profile, rate, isl, osl), policy, console)
+
+        console.print(Rule("3. backtest"))
+        console.print(f"trace: {trace_path.name}, first {minutes:g} min at rate x{rate_scale:g} "
+                      f"({len(tr):,} requests); policy {policy.name}")
+        base = [b.strip() for b in baselines.split(",") if b.strip()]
+        with Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                      TimeElapsedColumn(), console=console) as bar:
+            tasks: dict[str, int] = {}
+
+            def progress(name: str, done: float, total: float) -> None:
+                if name not in tasks:
+                    tasks[name] = bar.add_task(name, total=max(total, 1e-9))
+                bar.update(tasks[name], completed=done)
+
+            result = run_backtest(tr, profile, policy, baselines=base, progress=progress,
+                                  trace_meta={"format": "azure", "rate_scale": rate_scale, "scale_mode": "superpose",
+                                              "seed": 0, "path": str(trace_path)})
+        paths = write_report(result, out / "backtest", plots=not no_plots)
+        render_summary(result.report, console)
+        console.print(f"SLA: TTFT <= {policy.sla.ttft_ms:g} ms and ITL <= {policy.sla.itl_ms:g} ms; a request counts "
+                      f"when it meets both. Full report: {out / 'backtest' / 'report.md'}")
+        for p in [profile_path, *paths]:
+            console.print(f"wrote {p}")
