@@ -124,7 +124,7 @@ class Policy(_Strict):
     forecast: ForecastConfig = Field(default_factory=ForecastConfig)
     behavior: Behavior = Field(default_factory=Behavior)
     calibration: Calibration = Field(default_factory=Calibration)
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    metrics: MetricsConfig = Field(default_factory=lambda: MetricsConfig())
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
 
     @model_validator(mode="after")

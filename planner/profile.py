@@ -6,7 +6,15 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from planner.errors import UserError
 from planner.perf.curves import DecodeCurve, PrefillCurve
@@ -118,7 +126,7 @@ class Selection(_Strict):
 
 
 class Profile(_Strict):
-    schema_: Literal["planner.profile/v1"] = Field(SCHEMA, alias="schema")
+    schema_: Literal["planner.profile/v1"] = Field("planner.profile/v1", alias="schema")
     model: ModelInfo
     hardware: HardwareInfo
     provenance: Provenance

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 
 from planner.catalog import data_dir
@@ -32,8 +32,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         import numpy as np
 
         from planner.catalog import load_hardware, load_model
-        from planner.commands.decide import plan, render
         from planner.commands.args import positive
+        from planner.commands.decide import plan, render
         from planner.config import load_policy
         from planner.profile import save_profile
         from planner.profiler.analytical import profile_analytical
@@ -76,7 +76,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         base = [b.strip() for b in baselines.split(",") if b.strip()]
         with Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                       TimeElapsedColumn(), console=console) as bar:
-            tasks: dict[str, int] = {}
+            tasks: dict[str, TaskID] = {}
 
             def progress(name: str, done: float, total: float) -> None:
                 if name not in tasks:

@@ -12,6 +12,7 @@ from planner.perf.kv import LINKS_BYTES_PER_S, advise, gbps_to_bytes_per_s
 from planner.perf.model import ModelSpec
 from planner.perf.selection import StageChoice, select_decode, select_prefill
 from planner.profile import (
+    SCHEMA,
     DecodePoint,
     DecodeSweep,
     DisaggregationAdvice,
@@ -82,6 +83,7 @@ def assemble(model: ModelSpec, hw: HardwareSpec, req: SweepRequest, sweeps: Sequ
                                               tokens_per_s_per_gpu=round(b / (ms / 1e3) / s.gpus, 3))
                                   for b, c, ms in s.decode]) for s in sweeps]
     profile = Profile(
+        schema_=SCHEMA,
         model=model_info(model), hardware=hardware_info(hw),
         provenance=Provenance(backend=backend, created_at=created, planner_version=__version__,  # type: ignore[arg-type]
                               software=dict(software or {}), calibration=dict(calibration or {}), notes=notes),

@@ -36,14 +36,14 @@ def write_plots(profile: Profile, out_dir: str | Path) -> list[Path]:
     contexts = sorted({p.context_tokens for s in profile.decode for p in s.points})
     fig, axes = plt.subplots(1, len(profile.decode), figsize=(4.2 * len(profile.decode), 4), sharey=True,
                              squeeze=False)
-    for ax, sweep in zip(axes[0], profile.decode, strict=True):
+    for ax, dsweep in zip(axes[0], profile.decode, strict=True):
         for ctx in contexts:
-            pts = sorted((p.batch, p.itl_ms) for p in sweep.points if p.context_tokens == ctx)
+            pts = sorted((p.batch, p.itl_ms) for p in dsweep.points if p.context_tokens == ctx)
             if pts:
                 ax.plot([b for b, _ in pts], [v for _, v in pts], marker=".", label=f"ctx {ctx}")
         if sel:
             ax.axhline(sel.workload.itl_ms, color="red", ls="--")
-        ax.set(xscale="log", yscale="log", xlabel="batch", title=f"TP{sweep.tp}")
+        ax.set(xscale="log", yscale="log", xlabel="batch", title=f"TP{dsweep.tp}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("ITL (ms)")
     axes[0][-1].legend(fontsize=7)
@@ -59,11 +59,11 @@ def write_plots(profile: Profile, out_dir: str | Path) -> list[Path]:
                  label=f"TP{sweep.tp}")
     ax1.set(xscale="log", xlabel="TTFT (ms)", ylabel="prefill tokens/s/GPU", title="prefill frontier")
     ctx_w = sel.decode.context_tokens if sel and sel.decode.context_tokens else contexts[len(contexts) // 2]
-    for sweep in profile.decode:
-        curve = profile.decode_curve(sweep.tp)
-        batches = sorted({p.batch for p in sweep.points})
+    for dsweep in profile.decode:
+        curve = profile.decode_curve(dsweep.tp)
+        batches = sorted({p.batch for p in dsweep.points})
         ax2.plot([curve.itl_ms(b, ctx_w).value for b in batches],
-                 [curve.tokens_per_s_per_gpu(b, ctx_w) for b in batches], marker="o", label=f"TP{sweep.tp}")
+                 [curve.tokens_per_s_per_gpu(b, ctx_w) for b in batches], marker="o", label=f"TP{dsweep.tp}")
     if sel:
         ax1.axvline(sel.workload.ttft_ms, color="red", ls="--")
         ax2.axvline(sel.workload.itl_ms, color="red", ls="--")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.config import Policy
+from planner.perf.engine import EngineModel
 from planner.profile import Profile
 from planner.sim.baselines import gpus_per_replica, make_decision
 from planner.sim.cluster import Cluster, SimConfig
@@ -89,6 +90,14 @@ class _Job:
 
 
 _JOB: _Job | None = None
+_SIMULATED = 0  # requests simulated by this process since the last _take_simulated()
+
+
+def _take_simulated() -> int:
+    global _SIMULATED
+    n, _SIMULATED = _SIMULATED, 0
+    return n
+
 CHUNK = 6  # intervals solved in order by one worker (warm-started searches)
 SUBSAMPLE_ABOVE = 4  # the ITL search simulates one decode replica's share when D is larger than this
 SHARE_REPLICAS = 16  # the SLA search simulates a 16-prefill-replica share when P is larger than 32
@@ -123,6 +132,8 @@ def _meets(job: _Job, sub: RequestTrace, scored: np.ndarray, sizes: dict[str, in
         sizes = {"prefill": max(2, -(-sizes["prefill"] // d) + 1), "decode": 1}
         if not scored.any():
             return True
+    global _SIMULATED
+    _SIMULATED += len(sub)
     c = Cluster(sub, job.profile, cfg, sizes)
     c.run_until(float(sub.arrival_s[-1]) + job.tail_s)
     c.fail_unfinished()
@@ -211,7 +222,10 @@ def _solve(k: int, hint: dict[str, int] | None = None) -> tuple[int, dict[str, i
     isl_sum = float(sub.isl[scored].sum())
     osl_sum = float(sub.osl[scored].sum())
     ctx = float(sub.isl[scored].mean() + sub.osl[scored].mean() / 2)
-    p_tok_s = chunk / (pc.ttft_ms(chunk).value / 1e3)
+    # Fastest prefill any batch can reach: each prompt's marginal time ttft(isl) - fixed cost (the fixed
+    # cost shared by a full batch), at the best ISL on the curve; no size below the resulting bound works.
+    over = EngineModel(pc, dc, chunk).prefill_overhead_s() * 1e3
+    p_tok_s = max(x / max(1e-9, y - over) for x, y in zip(pc.ttft.xs, pc.ttft.ys, strict=True)) * 1e3
     batch = max(1, dc.max_batch_meeting(policy.sla.itl_ms, ctx))
     d_tok_s = batch / (dc.itl_ms(batch, ctx).value / 1e3)
     sims = 0
@@ -221,7 +235,7 @@ def _solve(k: int, hint: dict[str, int] | None = None) -> tuple[int, dict[str, i
                           math.ceil(isl_sum / job.interval_s / p_tok_s + osl_sum / job.interval_s / d_tok_s)))
         n, runs, ok = _search(lambda a: _meets(job, sub, scored, {"aggregated": a}), lb, cap,
                           hint and hint.get("aggregated"))
-        return k, {"aggregated": n}, runs, runs * len(sub), ok
+        return k, {"aggregated": n}, runs, _take_simulated(), ok
     p_cap, d_cap = ceils["prefill"], ceils["decode"]
     p_lb = min(p_cap, max(floors["prefill"], math.ceil(isl_sum / job.interval_s / p_tok_s)))
     d_lb = min(d_cap, max(floors["decode"], math.ceil(osl_sum / job.interval_s / d_tok_s)))
@@ -233,7 +247,7 @@ def _solve(k: int, hint: dict[str, int] | None = None) -> tuple[int, dict[str, i
     p, runs, ok = _search(lambda x: _meets(job, sub, scored, {"prefill": x, "decode": d}, u=u), p_lb, p_cap,
                       hint and hint.get("prefill"))
     sims += runs
-    return k, {"prefill": p, "decode": d}, sims, sims * len(sub), ok
+    return k, {"prefill": p, "decode": d}, sims, _take_simulated(), ok
 
 
 def compute_oracle(trace: RequestTrace, profile: Profile, policy: Policy, config: SimConfig,
