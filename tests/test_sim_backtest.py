@@ -187,3 +187,13 @@ def test_oracle_search_finds_the_smallest_passing_size(threshold: int, lo: int, 
     n, runs, ok = _search(test, lo, cap, hint)
     assert (n, ok) == expected
     assert runs == len(calls) <= 12
+
+
+@pytest.mark.parametrize("threshold,hint", [(t, h) for t in (1, 2, 7, 13, 20) for h in (None, 2, 9, 20)],
+                         ids=lambda x: str(x))
+def test_oracle_search_is_exact_for_any_hint(threshold: int, hint: int | None) -> None:
+    from planner.sim.oracle import _search
+
+    n, runs, ok = _search(lambda x: x >= threshold, 1, 20, hint)
+    assert (n, ok) == (threshold, True)
+    assert runs <= 10

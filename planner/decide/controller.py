@@ -96,6 +96,11 @@ class PlannerController:
             if not combined.ok:
                 fell_back = fell_back or attr == "rate_rps"
             out.append(_nonnegative(combined))
+        # Until the history spans the decision horizon the forecast has nothing to extrapolate from: say so
+        # (reason forecast_fallback; decide() then allows no scale-down).
+        span_s = self.history[-1].at_s - self.history[0].at_s
+        if span_s < self.horizons_s[1] and out[0].ok:
+            out[0] = replace(out[0], ok=False, reason=f"history spans {span_s:.0f} s < horizon {self.horizons_s[1]:.0f} s")
         return LoadForecast(*out), fell_back
 
     def tick(self, observation: Observation | NoData, now_s: float) -> Decision:

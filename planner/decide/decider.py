@@ -131,9 +131,9 @@ def demand(policy: Policy, profile: Profile, obs: Observation, forecast: LoadFor
         (forecast.isl_tokens if forecast else None, "isl_mean", ("prefill", "aggregated", "decode"), default_isl),
         (forecast.osl_tokens if forecast else None, "osl_mean", ("decode", "aggregated", "prefill"), default_osl),
     ):
-        # Prompt lengths at the quantile too: the prefill work is rate x ISL, and the window-mean ISL moves
-        # as much as the rate (Azure conv: +13 % in one minute); OSL only sets decode concurrency, at its mean.
-        use_q = q if attr == "isl_mean" else None
+        # Lengths at their mean: the rate quantile already carries the headroom; stacking a length quantile on
+        # it sized the Azure conv prefill pool 35 % above the oracle's need in steady state.
+        use_q = None
         value = _finite(series.at(use_q)) if series is not None and series.ok else None
         if value is not None and series is not None and use_q is not None:
             mean_len = _finite(series.mean)
@@ -317,7 +317,9 @@ def decide(policy: Policy, profile: Profile, observation: Observation | NoData, 
         factor_reasons = _factor_reason(f_itl if name == "decode" else f_ttft) if not dem.zero else ()
         if name == "aggregated" and not dem.zero:
             factor_reasons = _factor_reason(f_ttft) + _factor_reason(f_itl)
-        allow_down = name in observation.pools
+        # A missing pool, or a forecast that fell back to the last window (no history yet), may scale up but
+        # not down: both are degraded signals, and a scale-down on them is the costly mistake.
+        allow_down = name in observation.pools and Reason.FORECAST_FALLBACK not in dem.reasons
         b = behave(desired, currents[name], memory, now_s, policy.behavior, spec, allow_down)
         asked[name] = b.replicas
         memories[name] = b.memory
