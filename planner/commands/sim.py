@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from planner.errors import UserError
 
@@ -67,7 +67,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         t0 = time.perf_counter()
         with Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                       TimeElapsedColumn(), console=console, transient=False) as bar:
-            tasks: dict[str, int] = {}
+            tasks: dict[str, TaskID] = {}
 
             def progress(name: str, done: float, total: float) -> None:
                 if name not in tasks:

@@ -250,13 +250,6 @@ class Cluster:
         if ver == r.version and r.state == STARTING:
             self._make_ready(r)
 
-    def _ev_prefill(self, r: _Prefill, ver: int) -> None:
-        if ver == r.version:
-            self._prefill_done(r)
-
-    def _ev_link(self, r: _Prefill, ver: int) -> None:
-        if ver == r.link_version:
-            self._link_event(r)
 
     def _ev_decode(self, r: _Decode, ver: int) -> None:
         if ver == r.version:
@@ -404,6 +397,16 @@ class Cluster:
             r = ready[0] if len(ready) == 1 else min(ready, key=_QUEUED)  # type: ignore[assignment]
         assert r is not None
         tokens = self.isl[req]
+        if not r.busy and not r.queue and tokens <= self.cfg.chunk_tokens:
+            # idle replica, one whole prompt: its iteration starts now and takes ttft(isl)
+            r.queued_tokens += tokens
+            r.inflight_tokens = tokens
+            r.inflight = [req]
+            r.busy = True
+            r.version += 1
+            heapq.heappush(self._heap, (self.now + self.timing.ttft_s(tokens), next(self._seq), self._ev_prefill,
+                                        r, r.version))
+            return
         r.queue.append([req, tokens])
         r.queued_tokens += tokens
         if not r.busy:
@@ -449,7 +452,10 @@ class Cluster:
         r.version += 1
         self._push(self.now + t_iter, self._ev_prefill, r, r.version)
 
-    def _prefill_done(self, r: _Prefill) -> None:
+    def _ev_prefill(self, r: _Prefill, ver: int) -> None:
+        """An iteration ended: its finished prompts start their KV transfers; the next iteration starts."""
+        if ver != r.version:
+            return
         r.busy = False
         r.queued_tokens -= r.inflight_tokens
         if r.inflight:
@@ -474,7 +480,10 @@ class Cluster:
             self._maybe_gone(r)
 
     # ----------------------------------------------------------------------------------------- KV link
-    def _link_event(self, r: _Prefill) -> None:
+    def _ev_link(self, r: _Prefill, ver: int) -> None:
+        """Transfers on this link finished: their requests go to decode."""
+        if ver != r.link_version:
+            return
         now = self.now
         h = r.link_heap
         if h:

@@ -250,18 +250,18 @@ def _solve(k: int, hint: dict[str, int] | None = None) -> tuple[int, dict[str, i
         lb = min(cap, max(floors["aggregated"],
                           math.ceil(isl_sum / job.interval_s / p_tok_s + osl_sum / job.interval_s / d_tok_s)))
         n, runs, ok = _search(lambda a: _meets(job, sub, scored, {"aggregated": a}), lb, cap,
-                          hint and hint.get("aggregated"))
+                          hint.get("aggregated") if hint else None)
         return k, {"aggregated": n}, runs, _take_simulated(), ok
     p_cap, d_cap = ceils["prefill"], ceils["decode"]
     p_lb = min(p_cap, max(floors["prefill"], math.ceil(isl_sum / job.interval_s / p_tok_s)))
     d_lb = min(d_cap, max(floors["decode"], math.ceil(osl_sum / job.interval_s / d_tok_s)))
     ample = min(p_cap, max(2 * p_lb + 2, p_lb + 2))
     d, runs, _ = _search(lambda x: _meets(job, sub, scored, {"prefill": ample, "decode": x}, itl_only=True), d_lb, d_cap,
-                      hint and hint.get("decode"))
+                      hint.get("decode") if hint else None)
     sims += runs
     u = np.random.default_rng(k).random(len(sub))
     p, runs, ok = _search(lambda x: _meets(job, sub, scored, {"prefill": x, "decode": d}, u=u), p_lb, p_cap,
-                      hint and hint.get("prefill"))
+                      hint.get("prefill") if hint else None)
     sims += runs
     return k, {"prefill": p, "decode": d}, sims, _take_simulated(), ok
 
