@@ -278,8 +278,10 @@ def decide(policy: Policy, profile: Profile, observation: Observation | NoData, 
         if pq > 0:
             p_load = replace(load, rate_rps=load.rate_rps + pq / horizon_s)
         if dq > 0:
-            # Sequences waiting for a decode slot are concurrency the pool lacks now: as extra Little rate.
-            d_load = replace(load, rate_rps=load.rate_rps + dq / (max(1.0, load.osl_tokens) * models.itl_target_ms / 1e3))
+            # Sequences waiting for a decode slot drain like the prefill backlog: as extra arrivals over the
+            # horizon (turning them into concurrency instead sized the Azure code pool, OSL 28, for a burst
+            # that clears in a second, with replicas that take two minutes to start).
+            d_load = replace(load, rate_rps=load.rate_rps + dq / horizon_s)
     sized: dict[str, Sizing] = {}
     pressure_of = {}
     if policy.mode == "aggregated":
