@@ -197,3 +197,12 @@ def test_oracle_search_is_exact_for_any_hint(threshold: int, hint: int | None) -
     n, runs, ok = _search(lambda x: x >= threshold, 1, 20, hint)
     assert (n, ok) == (threshold, True)
     assert runs <= 10
+
+
+def test_direction_changes_counts_pools_missing_from_the_first_tick() -> None:
+    from planner.sim.backtest import direction_changes
+
+    # the first decision held with no data (no pools); the flips after it must still count
+    targets = [(0.0, {}), (30.0, {"prefill": 2}), (60.0, {"prefill": 4}), (90.0, {"prefill": 3}),
+               (120.0, {"prefill": 5})]
+    assert direction_changes(targets) == 2

@@ -110,7 +110,8 @@ def _pcts(values: np.ndarray) -> dict[str, float | None]:
 def direction_changes(targets: Sequence[tuple[float, dict[str, int]]]) -> int:
     """Per pool, how often the sign of consecutive non-zero replica changes flips (up->down, down->up)."""
     flips = 0
-    pools = targets[0][1].keys() if targets else ()
+    # Union of keys: a first tick that holds with unknown sizes (no data yet) carries no pools at all.
+    pools = sorted({pool for _, tg in targets for pool in tg})
     for pool in pools:
         last_sign = 0
         prev = None
