@@ -195,3 +195,17 @@ def test_batched_prefill_pays_the_fixed_cost_once(big: Profile) -> None:
     # a continuation chunk costs the marginal time of its tokens on its own prompt
     cont = eng.prefill_batch_s([(8192, 12000)])
     assert cont == pytest.approx(o + eng.prefill_batch_s([(0, 12000)]) - eng.prefill_batch_s([(0, 8192)]))
+
+
+@pytest.mark.parametrize("mode,sizes", [("aggregated", {"aggregated": 0}), ("disaggregated", {"prefill": 1, "decode": 0})],
+                         ids=["aggregated", "decode"])
+def test_requests_waiting_for_a_starting_replica_are_served_once_it_is_ready(big: Profile, mode, sizes) -> None:
+    # Requests that arrive while the sequence pool has no ready replica wait in its pending queue and must be
+    # routed to that same pool when a replica comes up (not lost, not sent to another pool).
+    tr = constant(2.0, 20.0, isl=500, osl=20, seed=4)
+    c = Cluster(tr, big, SimConfig(mode=mode, startup_s=30.0), sizes)
+    c.apply({pool: 1 for pool in sizes})
+    c.run_until(math.inf)
+    r = c.results()
+    assert c.done == len(tr) and not r["failed"].any()
+    assert np.all(r["ttft_s"] > 0)

@@ -286,7 +286,7 @@ class Cluster:
             if r.pool == "prefill":
                 self._to_prefill(req)
             else:
-                self._to_decode(req)
+                self._to_sequences(req, r.pool)
 
     def _retire(self, r: _Replica) -> None:
         r.state = GONE
@@ -513,10 +513,11 @@ class Cluster:
 
     # ------------------------------------------------------------------------------------------ decode
     # The hot path: written flat (few calls, locals) because it runs about twice per request.
-    def _to_decode(self, req: int) -> None:
-        ready = self.ready["decode"]
+    def _to_sequences(self, req: int, pool: str) -> None:
+        """Route to the ``pool`` replica decoding the fewest sequences (decode, or aggregated)."""
+        ready = self.ready[pool]
         if not ready:
-            self.pending["decode"].append(req)
+            self.pending[pool].append(req)
             return
         r: _Decode = ready[0] if len(ready) == 1 else min(ready, key=_NOUT)  # type: ignore[assignment]
         r.nout += 1
@@ -660,14 +661,7 @@ class Cluster:
 
     # -------------------------------------------------------------------------------------- aggregated
     def _to_agg(self, req: int) -> None:
-        ready = self.ready["aggregated"]
-        if not ready:
-            self.pending["aggregated"].append(req)
-            return
-        r: _Decode = ready[0] if len(ready) == 1 else min(ready, key=_NOUT)  # type: ignore[assignment]
-        r.nout += 1
-        r.waiting.append(req)
-        self._decode_kick(r)
+        self._to_sequences(req, "aggregated")
 
     def _agg_boundary(self, r: _Decode) -> None:
         # The step that just ended (next_k == 1 with a prompt chunk) may have finished prompts: they
