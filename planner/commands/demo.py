@@ -12,10 +12,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 
 from planner.catalog import data_dir
+from planner.commands.progress import phase_progress
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -74,15 +74,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         console.print(f"trace: {trace_path.name}, first {minutes:g} min at rate x{rate_scale:g} "
                       f"({len(tr):,} requests); policy {policy.name}")
         base = [b.strip() for b in baselines.split(",") if b.strip()]
-        with Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                      TimeElapsedColumn(), console=console) as bar:
-            tasks: dict[str, TaskID] = {}
-
-            def progress(name: str, done: float, total: float) -> None:
-                if name not in tasks:
-                    tasks[name] = bar.add_task(name, total=max(total, 1e-9))
-                bar.update(tasks[name], completed=done)
-
+        with phase_progress(console) as progress:
             result = run_backtest(tr, profile, policy, baselines=base, progress=progress,
                                   trace_meta={"format": "azure", "rate_scale": rate_scale, "scale_mode": "superpose",
                                               "seed": 0, "path": str(trace_path)})

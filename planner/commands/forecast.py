@@ -17,6 +17,7 @@ from rich.table import Table
 
 from planner.commands.args import positive
 from planner.errors import UserError
+from planner.sim.traces import open_data_file
 
 EVAL_FORMATS = ("azure", "mooncake", "servegen", "csv")
 TARGETS = ("rate", "isl", "osl")
@@ -45,11 +46,7 @@ def bin_requests(arrival_s: np.ndarray, isl: np.ndarray, osl: np.ndarray, step_s
 
 def read_series_csv(path: Path, column: str | None) -> tuple[np.ndarray, np.ndarray, str]:
     """A plain series CSV: first column time in seconds, then value columns (``--column`` picks one)."""
-    try:
-        fh = path.open(newline="")
-    except FileNotFoundError:
-        raise UserError(f"--series: {path} not found") from None
-    with fh:
+    with open_data_file(path, "--series file") as fh:
         reader = csv.reader(fh)
         header = [h.strip() for h in (next(reader, None) or [])]
         if len(header) < 2:

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from planner.commands.progress import phase_progress
 from planner.errors import UserError
 
 
@@ -65,15 +65,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         console.print(f"trace: {len(tr):,} requests over {tr.duration_s / 60:.1f} min"
                       + (f" ({tr.notes})" if tr.notes else ""))
         t0 = time.perf_counter()
-        with Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                      TimeElapsedColumn(), console=console, transient=False) as bar:
-            tasks: dict[str, TaskID] = {}
-
-            def progress(name: str, done: float, total: float) -> None:
-                if name not in tasks:
-                    tasks[name] = bar.add_task(name, total=max(total, 1e-9))
-                bar.update(tasks[name], completed=done)
-
+        with phase_progress(console) as progress:
             result = run_backtest(tr, prof, pol, baselines=base, startup_s=startup_s, kill=kill, seed=seed,
                                   forecaster=forecaster, oracle_interval_s=oracle_interval_s, workers=workers,
                                   progress=progress, dynamo_predictor=dynamo_predictor,

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,15 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     import matplotlib
 
@@ -68,10 +78,7 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     ax.set_ylabel("req/s")
     ax.set_title("Offered load")
     ax.legend()
-    fig.tight_layout()
-    paths.append(out / "load.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(_save(fig, out / "load.png"))
     # replicas per pool per policy
     pools = [k.split(".")[0] for k in next(iter(result.replays.values())).timeline[0] if k.endswith(".ready")]
     fig, axes = plt.subplots(len(pools), 1, figsize=(10, 3.2 * len(pools)), squeeze=False)
@@ -83,10 +90,7 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
         ax.set_title(f"{pool}: replicas (starting + ready)")
         ax.set_xlabel("minutes")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "replicas.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(_save(fig, out / "replicas.png"))
     # latency vs SLA
     fig, axes = plt.subplots(2, 1, figsize=(10, 7))
     for key, ax, target in (("ttft_ms_p95", axes[0], sla["ttft_ms"]), ("itl_ms_p95", axes[1], sla["itl_ms"])):
@@ -96,13 +100,10 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
             ax.plot(t, v, label=name, lw=1)
         ax.axhline(target, color="k", ls="--", lw=1, label="SLA target")
         ax.set_yscale("log")
-        ax.set_title(f"{key.replace('_', ' ')} over 30 s windows vs SLA")
+        ax.set_title(f"{key.replace('_', ' ')} over each policy's metrics window (sampled every 30 s) vs SLA")
         ax.set_xlabel("minutes")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "latency.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(_save(fig, out / "latency.png"))
     return paths
 
 

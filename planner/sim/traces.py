@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -172,13 +173,18 @@ def _finish(path: Path, lines: list[int], t: list[float], isl: list[float], osl:
     return RequestTrace(arr - arr[0], isl_a, np.maximum(osl_a, 1), source)
 
 
-def _read_csv(path: Path, cols: dict[str, str], time_unit: str, source: str) -> RequestTrace:
+def open_data_file(path: Path, what: str) -> TextIO:
+    """Open a CSV/JSONL data file for reading; a missing or unreadable file is one line naming it."""
     try:
-        fh = path.open(newline="")
+        return path.open(newline="")
     except FileNotFoundError:
-        raise UserError(f"{path}: trace file not found") from None
+        raise UserError(f"{path}: {what} not found") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot read trace ({exc.strerror})") from None
+        raise UserError(f"{path}: cannot read {what} ({exc.strerror})") from None
+
+
+def _read_csv(path: Path, cols: dict[str, str], time_unit: str, source: str) -> RequestTrace:
+    fh = open_data_file(path, "trace file")
     t: list[float] = []
     isl: list[float] = []
     osl: list[float] = []
@@ -213,12 +219,8 @@ def _read_csv(path: Path, cols: dict[str, str], time_unit: str, source: str) -> 
 
 
 def _read_jsonl(path: Path, cols: dict[str, str], time_unit: str, source: str) -> RequestTrace:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{path}: trace file not found") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read trace ({exc.strerror})") from None
+    with open_data_file(path, "trace file") as fh:
+        text = fh.read()
     t: list[float] = []
     isl: list[float] = []
     osl: list[float] = []
@@ -248,11 +250,7 @@ def _read_jsonl(path: Path, cols: dict[str, str], time_unit: str, source: str) -
 def load_rate_windows(path: str | Path) -> RateWindows:
     """ServeGen-style aggregate rates: ``window_start_s, window_s, total_rate_rps`` (+ ignored columns)."""
     p = Path(path)
-    try:
-        fh = p.open(newline="")
-    except FileNotFoundError:
-        raise UserError(f"{p}: rate file not found") from None
-    with fh:
+    with open_data_file(p, "rate file") as fh:
         reader = csv.reader(fh)
         header = [h.strip() for h in (next(reader, None) or [])]
         if not header:
