@@ -78,3 +78,12 @@ def test_decide_is_deterministic_and_state_round_trips(loads, ttft) -> None:
             out.append(d)
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+def test_regression_infeasible_prompt_length_does_not_shrink_the_pool() -> None:
+    # Found by hypothesis: at 1 req/s, ISL 1,628 met the SLA with 2 prefill replicas while ISL 3,256 (whose own
+    # compute misses the TTFT target) got 1.
+    a, _ = decide(FREE, PROFILE, observation(0, 1.0), load_forecast(1.0, 1628.0, 200), None, 0.0)
+    b, _ = decide(FREE, PROFILE, observation(0, 1.0), load_forecast(1.0, 3256.0, 200), None, 0.0)
+    assert "sla_infeasible" in [r.value for r in b.pools["prefill"].reasons]
+    assert b.pools["prefill"].replicas >= a.pools["prefill"].replicas

@@ -162,9 +162,13 @@ def size_prefill(models: Models, load: Load, factor: float = 1.0, ceiling: int =
         w = smallest_pool(load.rate_rps, s, scv, models.percentile, lambda x: x.quantile_s <= budget_s,
                           ceiling=ceiling)
     if w is None:
+        # The prompt alone misses the target, so no pool meets it; add no queueing on top. This is the limit of
+        # the feasible rule as the budget shrinks to 0, so longer prompts never get fewer replicas than
+        # slightly shorter, still-feasible ones (a plain utilisation cap gave 1 replica where 2 met the SLA).
         reasons.append(Reason.SLA_INFEASIBLE)
         w = smallest_pool(load.rate_rps, s, scv, models.percentile,
-                          lambda x: x.utilisation <= INFEASIBLE_UTILISATION, ceiling=ceiling)
+                          lambda x: x.quantile_s <= 0.0 and x.utilisation <= INFEASIBLE_UTILISATION,
+                          ceiling=ceiling)
     if w is None:  # even the ceiling cannot keep up: ask for what throughput needs, the ceiling will clamp
         need = load.rate_rps * s / INFEASIBLE_UTILISATION
         return Sizing(need, math.ceil(need), math.inf, (*reasons,))
