@@ -94,13 +94,23 @@ class Forecast:
     reason: str = ""
 
     def at(self, q: float | None) -> float:
-        """The value at quantile ``q`` (``None`` or a missing quantile falls back to the mean)."""
+        """The value at quantile ``q``: a computed quantile, else linear between the two around it (a policy's
+        0.8 lies between the 0.5 and 0.9 forecasts, never silently at 0.5); ``None``, or ``q`` outside the
+        computed range, falls back to the mean below it and to the top quantile above it."""
         if q is None:
             return self.mean
         if q in self.quantiles:
             return self.quantiles[q]
-        below = [k for k in self.quantiles if k <= q]
-        return self.quantiles[max(below)] if below else self.mean
+        below = [k for k in self.quantiles if k < q]
+        above = [k for k in self.quantiles if k > q]
+        if not below:
+            return self.mean
+        lo = max(below)
+        if not above:
+            return self.quantiles[lo]
+        hi = min(above)
+        w = (q - lo) / (hi - lo)
+        return self.quantiles[lo] + w * (self.quantiles[hi] - self.quantiles[lo])
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,11 @@ class LoadForecast:
     rate_rps: Forecast
     isl_tokens: Forecast
     osl_tokens: Forecast
+    # The work each pool does: prompt tokens/s (rate x ISL) and output tokens/s (rate x OSL). Rate and length
+    # move together (a surge of long prompts), so the work's own quantile is the prefill/decode headroom;
+    # rate quantile x mean length misses the length's share of a surge. None: size from the rate quantile.
+    prefill_tokens_per_s: Forecast | None = None
+    decode_tokens_per_s: Forecast | None = None
 
 
 # ---------------------------------------------------------------------------------------------- decision

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.forecast import make_forecaster
+from planner.forecast.base import LastValue
 from planner.forecast.heavy import Arima
 from planner.forecast.registry import REGISTRY
 from planner.testing.clock import FakeClock
@@ -243,3 +244,21 @@ def test_unknown_name_lists_known_ones() -> None:
 def test_registry_names_are_stable() -> None:
     assert {"last-value", "moving-average", "ewma", "holt", "seasonal-naive-daily", "seasonal-naive-weekly",
             "seasonal-delta-daily", "holt-winters", "arima", "kalman-llt", "auto"} <= set(REGISTRY)
+
+
+def test_band_after_an_idle_window_keeps_the_bursts_that_followed_idle_windows() -> None:
+    # On/off traffic (the Azure code trace's shape): 2 windows of 100 req/s, then 2 idle windows, repeated.
+    y = [100.0, 100.0, 0.0, 0.0] * 20
+    times = [30.0 * i for i in range(len(y))]
+    fc = LastValue().fit(times, y).forecast(60.0)  # last value 0: the next burst is 2 windows away
+    assert fc.mean == 0.0
+    assert 50.0 <= fc.at(0.9) <= 100.0  # a burst is likely within the horizon; never above what was seen
+
+
+def test_band_after_a_step_from_a_low_base_is_capped() -> None:
+    # A long quiet history at 1 req/s, then a step to 30: relative errors of 29x must not forecast 900.
+    y = [1.0] * 40 + [30.0] * 3
+    times = [30.0 * i for i in range(len(y))]
+    fc = LastValue().fit(times, y).forecast(60.0)
+    assert fc.mean == 30.0
+    assert fc.at(0.99) <= 60.0

@@ -48,7 +48,7 @@ def test_cli_backtest_writes_the_report_contract(tmp_path: Path, policy_file: Pa
               "--profile", str(PROFILE), "--policy", str(policy_file), "--out", str(out), "--workers", "1"])
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
-    assert set(report["policies"]) == {"planner", "static", "reactive", "dynamo-sla", "oracle"}
+    assert set(report["policies"]) == {"planner", "static", "reactive", "dynamo-sla", "oracle", "planner+perfect-forecast"}
     for name, p in report["policies"].items():
         assert POLICY_KEYS <= set(p), name
         assert p["requests"] == report["trace"]["requests"]

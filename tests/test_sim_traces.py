@@ -145,3 +145,23 @@ def test_servegen_real_file_needs_a_cut(shared: Path) -> None:
         T.load_requests(path, "servegen")
     tr = T.load_requests(path, "servegen", start_s=0, duration_s=1200, rate_scale=0.05)
     assert 0 < tr.duration_s <= 1200 and 500 < len(tr) < 50_000
+
+
+def test_servegen_scale_applies_to_the_rates_before_synthesis(shared: Path) -> None:
+    path = shared / "traces/servegen/aggregate_rate_language_m-large.csv"
+    windows = T.load_rate_windows(path)
+    first_hour = windows.window_start_s < 3600
+    expected = float(np.sum(windows.rate_rps[first_hour] * windows.window_s[first_hour])) * 0.02
+    tr = T.load_requests(path, "servegen", start_s=0, duration_s=3600, rate_scale=0.02)
+    assert abs(len(tr) - expected) < 5 * np.sqrt(expected)  # Poisson at the scaled rate
+    assert "rates x0.02 before synthesis" in tr.notes
+    # 14 days at the full rate (~250 M requests) is refused, but at x0.02 it fits the synthesis limit
+    assert T.MAX_SYNTH_REQUESTS > float(np.sum(windows.rate_rps * windows.window_s)) * 0.02
+
+
+def test_default_synthetic_lengths_stay_within_the_azure_maxima() -> None:
+    rng = np.random.default_rng(0)
+    isl = T.DEFAULT_ISL.sample(rng, 2_000_000)
+    osl = T.DEFAULT_OSL.sample(rng, 2_000_000)
+    assert isl.max() <= 14050 and osl.max() <= 1000
+    assert abs(isl.mean() - 1155) < 0.02 * 1155  # the cap trims a tail that carries almost no mass

@@ -249,7 +249,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         step_s: Annotated[float, typer.Option("--step-s", help="tick interval (s)")] = 30.0,
         horizon_s: Annotated[float, typer.Option("--horizon-s", help="start-up + interval (s)")] = 150.0,
     ) -> None:
-        """Fit + forecast latency per series and per control tick (3 series x 2 horizons), sliding history."""
+        """Fit + forecast latency per series and per control tick (5 series x 2 horizons), sliding history."""
         from planner.forecast import make_forecaster
 
         console = Console()
@@ -260,10 +260,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         names = parse_models(models) if models else ["last-value", "ewma", "seasonal-delta-daily", "auto",
                                                      "arima", "kalman-llt", "holt-winters"]
         hist = max(2, int(history_s // step_s))
-        # The controller fits three series (rate, mean ISL, mean OSL) per tick with one forecaster instance
-        # and reads two horizons from each (the interval and start-up + interval).
-        series = [synthetic_rate(hist + ticks, step_s, seed) for seed in range(3)]
-        series = [(t, v * scale) for (t, v), scale in zip(series, (1.0, 20.0, 4.0), strict=True)]
+        # The controller fits five series per tick with one forecaster instance (rate, mean ISL, mean OSL,
+        # prompt tokens/s, output tokens/s) and reads two horizons from each (interval, start-up + interval).
+        series = [synthetic_rate(hist + ticks, step_s, seed) for seed in range(5)]
+        series = [(t, v * scale) for (t, v), scale in zip(series, (1.0, 20.0, 4.0, 1200.0, 200.0), strict=True)]
         table = Table(title=f"fit+forecast latency: {hist} points of {step_s:g} s, horizons {step_s:g} s and "
                             f"{horizon_s:g} s, {ticks} ticks", title_justify="left")
         for col in ("model", "series p50 ms", "series p95 ms", "tick p50 ms", "tick p95 ms", "tick max ms",

@@ -32,20 +32,26 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                 "compress (divide times by K)")] = "superpose",
         startup_s: Annotated[float | None, typer.Option("--startup-s", help="replica start-up seconds "
                                                         "(default: the policy's startup_s)")] = None,
-        baselines: Annotated[str, typer.Option(help="comma-separated: static,reactive,dynamo-sla,oracle "
-                                               "(empty: none)")] = "static,reactive,dynamo-sla,oracle",
+        baselines: Annotated[str, typer.Option(help="comma-separated: static,reactive,dynamo-sla,oracle,"
+                                               "clairvoyant (the planner fed the true future load; empty: none)")]
+        = "static,reactive,dynamo-sla,oracle,clairvoyant",
         kill: Annotated[bool, typer.Option("--kill", help="scale-down kills in-flight work (counted failed) "
                                            "instead of draining")] = False,
         seed: Annotated[int, typer.Option(help="seed for rate scaling and synthesis")] = 0,
         duration_s: Annotated[float | None, typer.Option("--duration-s", help="use only the first N s of the trace")] = None,
         start_s: Annotated[float | None, typer.Option("--start-s", help="skip the first N s of the trace")] = None,
         forecaster: Annotated[str | None, typer.Option(help="override the policy's forecast model")] = None,
+        quantile: Annotated[float | None, typer.Option("--quantile", help="override the policy's forecast "
+                                                       "quantile (0.5-0.99; for attainment/GPU-hour frontiers)")] = None,
         oracle_interval_s: Annotated[float | None, typer.Option("--oracle-interval-s",
                                                                 help="oracle resolution (default max(60, interval))")] = None,
         workers: Annotated[int | None, typer.Option(help="processes for the oracle search")] = None,
         no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
         dynamo_predictor: Annotated[str, typer.Option("--dynamo-predictor",
                                                       help="dynamo-sla's predictor: constant | arima")] = "constant",
+        warmup_s: Annotated[float, typer.Option("--warmup-s", help="run the N s of trace before --start-s "
+                                                "unscored first, so every policy enters the scored window "
+                                                "from its own state and history")] = 0.0,
     ) -> None:
         """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
         from planner.config import load_policy
@@ -57,18 +63,31 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         console = Console()
         base = [b.strip() for b in baselines.split(",") if b.strip()]
         pol = load_policy(policy)
+        if quantile is not None:
+            if not 0.5 <= quantile <= 0.99:  # also rejects NaN
+                raise UserError(f"--quantile: {quantile!r} must be between 0.5 and 0.99 (the policy's forecast.quantile range)")
+            pol = pol.model_copy(update={"forecast": pol.forecast.model_copy(update={"quantile": quantile})})
         prof = load_profile(profile)
         if workers is not None and workers < 1:
             raise UserError(f"--workers: {workers} must be >= 1")
+        if not warmup_s >= 0:  # also rejects NaN
+            raise UserError(f"--warmup-s: {warmup_s!r} must be >= 0")
+        if warmup_s > (start_s or 0.0):
+            raise UserError(f"--warmup-s: {warmup_s:g} s of warm-up needs --start-s >= {warmup_s:g} "
+                            f"(the warm-up is the trace before --start-s); got --start-s {start_s or 0:g}")
+        if warmup_s > 0:
+            start_s = (start_s or 0.0) - warmup_s
+            duration_s = None if duration_s is None else duration_s + warmup_s
         tr = load_requests(trace, format, columns=parse_columns(columns), rate_scale=rate_scale,
                            scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s)
         console.print(f"trace: {len(tr):,} requests over {tr.duration_s / 60:.1f} min"
+                      + (f", the first {warmup_s / 60:.1f} min unscored warm-up" if warmup_s else "")
                       + (f" ({tr.notes})" if tr.notes else ""))
         t0 = time.perf_counter()
         with phase_progress(console) as progress:
             result = run_backtest(tr, prof, pol, baselines=base, startup_s=startup_s, kill=kill, seed=seed,
                                   forecaster=forecaster, oracle_interval_s=oracle_interval_s, workers=workers,
-                                  progress=progress, dynamo_predictor=dynamo_predictor,
+                                  progress=progress, dynamo_predictor=dynamo_predictor, warmup_s=warmup_s,
                                   trace_meta={"format": format, "rate_scale": rate_scale, "scale_mode": scale_mode,
                                               "seed": seed})
         result.report["timings_s"]["total"] = round(time.perf_counter() - t0, 2)

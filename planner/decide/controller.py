@@ -25,6 +25,14 @@ class Sample:
     isl_tokens: float  # NaN when no request started in the window
     osl_tokens: float
 
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.rate_rps * self.isl_tokens if self.rate_rps > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.rate_rps * self.osl_tokens if self.rate_rps > 0 else 0.0
+
 
 def sample_of(policy: Policy, obs: Observation) -> Sample | None:
     """One history point from an observation: arrivals from the pool every request starts in."""
@@ -83,7 +91,7 @@ class PlannerController:
         times = [s.at_s for s in self.history]
         fell_back = bool(self.fallback)
         out = []
-        for attr in ("rate_rps", "isl_tokens", "osl_tokens"):
+        for attr in ("rate_rps", "isl_tokens", "osl_tokens", "prefill_tokens_per_s", "decode_tokens_per_s"):
             values = [getattr(s, attr) for s in self.history]
             try:
                 fitted = self.forecaster.fit(times, values)

@@ -48,6 +48,7 @@ from planner.decide.state import PlannerState, PoolMemory
 from planner.profile import Profile
 from planner.types import (
     Decision,
+    Forecast,
     LoadForecast,
     NoData,
     Observation,
@@ -79,6 +80,25 @@ class Demand:
     reasons: tuple[Reason, ...]
     zero: bool  # zero traffic measured as zero and forecast as zero
     usable: bool  # False: nothing to size from (hold)
+    prefill_load: Load | None = None  # the load each pool is sized for (None: ``load``)
+    decode_load: Load | None = None
+
+    def for_pool(self, name: str) -> Load:
+        pick = {"prefill": self.prefill_load, "decode": self.decode_load}.get(name)
+        return pick if pick is not None else self.load
+
+
+def _work_rate(work: Forecast | None, q: float, length: float, rate: float) -> float:
+    """The arrival rate that carries the work forecast at quantile ``q`` at the mean length (never below the
+    rate quantile: the work's band only adds the share of a surge that comes from longer requests)."""
+    if work is None or not work.ok or length <= 0:
+        return rate
+    value = _finite(work.at(q))
+    mean = _finite(work.mean)
+    if value is None or mean is None or value <= 0:
+        return rate
+    value = min(value, MAX_QUANTILE_RATIO * mean) if mean > 0 else value
+    return max(rate, value / length)
 
 
 def _finite(x: float | None) -> float | None:
@@ -148,7 +168,12 @@ def demand(policy: Policy, profile: Profile, obs: Observation, forecast: LoadFor
     zero = rate == 0 and measured_zero
     if rate == 0 and not measured_zero and arrivals is None:
         return Demand(Load(0, 0, 0), (Reason.NO_DATA_HOLD,), False, False)
-    return Demand(Load(rate, lengths[0], lengths[1]), tuple(reasons), zero, True)
+    load = Load(rate, lengths[0], lengths[1])
+    if forecast is None or not forecast.rate_rps.ok or rate == 0:
+        return Demand(load, tuple(reasons), zero, True)
+    p_rate = _work_rate(forecast.prefill_tokens_per_s, q, lengths[0], rate)
+    d_rate = _work_rate(forecast.decode_tokens_per_s, q, lengths[1], rate)
+    return Demand(load, tuple(reasons), zero, True, replace(load, rate_rps=p_rate), replace(load, rate_rps=d_rate))
 
 
 # ------------------------------------------------------------------------------------------ calibration
@@ -271,17 +296,17 @@ def decide(policy: Policy, profile: Profile, observation: Observation | NoData, 
     # 1-3. Demand and SLA sizing, plus any backlog the pools hold now (it must drain within the horizon).
     load = dem.load
     horizon_s = policy.startup_s + policy.interval_s
-    p_load = d_load = load
+    p_load, d_load = dem.for_pool("prefill"), dem.for_pool("decode")
     if policy.mode == "disaggregated" and not dem.zero:
         pq = observation.pools["prefill"].queue if "prefill" in observation.pools else 0.0
         dq = observation.pools["decode"].queue if "decode" in observation.pools else 0.0
         if pq > 0:
-            p_load = replace(load, rate_rps=load.rate_rps + pq / horizon_s)
+            p_load = replace(p_load, rate_rps=p_load.rate_rps + pq / horizon_s)
         if dq > 0:
             # Sequences waiting for a decode slot drain like the prefill backlog: as extra arrivals over the
             # horizon (turning them into concurrency instead sized the Azure code pool, OSL 28, for a burst
             # that clears in a second, with replicas that take two minutes to start).
-            d_load = replace(load, rate_rps=load.rate_rps + dq / horizon_s)
+            d_load = replace(d_load, rate_rps=d_load.rate_rps + dq / horizon_s)
     sized: dict[str, Sizing] = {}
     pressure_of = {}
     if policy.mode == "aggregated":
@@ -356,6 +381,7 @@ def decide(policy: Policy, profile: Profile, observation: Observation | NoData, 
     itl_pool = "aggregated" if policy.mode == "aggregated" else "decode"
     detail: Mapping[str, float | str] = {
         "rate_rps": load.rate_rps, "isl_tokens": load.isl_tokens, "osl_tokens": load.osl_tokens,
+        "prefill_rate_rps": p_load.rate_rps, "decode_rate_rps": d_load.rate_rps,
         "ttft_factor": f_ttft, "itl_factor": f_itl,
     }
     decision = Decision(now_s, pools, all_reasons, pools[ttft_pool].predicted_ttft_ms,

@@ -39,7 +39,13 @@ def quantiles_from_residuals(y: np.ndarray, f: np.ndarray, h: int, point: float,
         floor = max(1e-9, 0.05 * float(np.mean(np.abs(actual))))
         rel = (actual - fc) / np.maximum(fc, floor)
         qs = np.quantile(rel, QUANTILES)
-        out = [point * (1.0 + float(q)) for q in qs]
+        # Errors are scaled back by the same max(forecast, floor) they were divided by: a point of 0 between
+        # on/off bursts keeps the band of what followed earlier zeros (the next burst) instead of collapsing
+        # to 0 with it. The band never exceeds twice the point or the largest value seen: one surprise from
+        # a low base (30x relative error) must not forecast 30x a level the series has never reached.
+        scale = max(point, floor)
+        cap = max(2.0 * point, float(np.max(actual)))
+        out = [min(point + float(q) * scale, max(point, cap)) for q in qs]
     else:
         # Too few errors to count: a random-walk band from the step-to-step spread, widening as sqrt(h).
         spread = float(np.std(np.diff(y))) * math.sqrt(h) if len(y) >= 3 else 0.0

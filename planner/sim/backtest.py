@@ -7,7 +7,9 @@ fraction of requests; the SLA is met when attainment >= sla.percentile / 100.
 
 Every policy starts from the same warm, ready cluster (the oracle's sizes for the first
 ``startup_s + interval``, or a fluid estimate when the oracle is not run), so no policy is charged for a
-cold start the others do not pay.
+cold start the others do not pay. A warm-up (``warmup_s``) goes further: every policy runs the trace's first
+``warmup_s`` seconds unscored, so the scored window starts from each policy's own state and history rather
+than from one arbitrary starting size that suits some policies' first minutes better than others'.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from planner.sim.replay import Replay, replay
 from planner.sim.traces import RequestTrace
 from planner.types import Controller
 
-BASELINES = ("static", "reactive", "dynamo-sla", "oracle")
+BASELINES = ("static", "reactive", "dynamo-sla", "oracle", "clairvoyant")
 MET_ITL = "request mean ITL ((last token - first token) / (OSL - 1)) <= sla.itl_ms"
 
 
@@ -129,7 +131,9 @@ def direction_changes(targets: Sequence[tuple[float, dict[str, int]]]) -> int:
 
 
 def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
-    r = rep.results
+    """Scores of one replay; with a warm-up (``rep.score_from_s``), only what arrived and ran after it."""
+    scored = rep.results["arrival_s"] >= rep.score_from_s
+    r = {k: v[scored] for k, v in rep.results.items()}
     failed = r["failed"]
     ok = ~failed
     with np.errstate(invalid="ignore"):
@@ -138,11 +142,18 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
         met_ttft = ok & (ttft_ms <= policy.sla.ttft_ms)
         met_itl = ok & (itl_ms <= policy.sla.itl_ms)
     n = len(failed)
-    hours = max(duration_s, 1.0) / 3600.0
+    hours = max(duration_s - rep.score_from_s, 1.0) / 3600.0
+    targets = [(t, tg) for t, tg in rep.targets if t >= rep.score_from_s]
     peak: dict[str, int] = {}
-    for _, tg in rep.targets:
+    for _, tg in targets:
         for p, v in tg.items():
             peak[p] = max(peak.get(p, 0), v)
+    if rep.score_from_s > 0:
+        before = [tg for t, tg in rep.targets if t < rep.score_from_s][-1:]
+        seq = [tg for tg in before] + [tg for _, tg in targets]
+        events = sum(1 for a, b in zip(seq, seq[1:], strict=False) if a != b)
+    else:
+        events = int(rep.scale_events)
     return {
         "requests": int(n),
         "attainment_ttft": round(float(met_ttft.mean()), 5) if n else None,
@@ -153,8 +164,8 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
         "itl_max_gap_ms": _pcts(np.where(ok, r["itl_max_s"] * 1e3, np.nan)),
         "e2e_ms": _pcts(np.where(ok, r["e2e_s"] * 1e3, np.nan)),
         "gpu_hours": round(rep.gpu_hours, 4),
-        "scale_events": int(rep.scale_events),
-        "direction_changes_per_hour": round(direction_changes(rep.targets) / hours, 3),
+        "scale_events": events,
+        "direction_changes_per_hour": round(direction_changes(targets) / hours, 3),
         "failed_requests": int(failed.sum()),
         "peak_replicas": peak,
     }
@@ -164,7 +175,10 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
                  startup_s: float | None = None, kill: bool = False, seed: int = 0, forecaster: str | None = None,
                  oracle_interval_s: float | None = None, workers: int | None = None,
                  progress: Callable[[str, float, float], None] | None = None,
-                 trace_meta: dict | None = None, dynamo_predictor: str = "constant") -> BacktestResult:
+                 trace_meta: dict | None = None, dynamo_predictor: str = "constant",
+                 warmup_s: float = 0.0) -> BacktestResult:
+    """Replay ``trace`` under the planner and ``baselines``; with ``warmup_s`` > 0 the trace's first ``warmup_s``
+    seconds run every policy into its own steady state (and give forecasters history) but are not scored."""
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
         raise UserError(f"--baselines: unknown {', '.join(unknown)}; allowed: {', '.join(BASELINES)}")
@@ -175,6 +189,8 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
                        kill=kill)
     check_trace(trace, profile, config)
     duration = trace.duration_s
+    if not math.isfinite(warmup_s) or not 0 <= warmup_s < duration:
+        raise UserError(f"--warmup-s: {warmup_s!r} must be >= 0 and shorter than the trace ({duration:.0f} s)")
     timings: dict[str, float] = {}
     schedule: OracleSchedule | None = None
     if "oracle" in baselines or "static" in baselines:
@@ -193,12 +209,18 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     for b in baselines:
         if b == "static":
             assert schedule is not None
-            controllers.append((StaticController(policy, profile, schedule.peak()), policy.metrics.window_s))
+            controllers.append((StaticController(policy, profile, schedule.peak(warmup_s)), policy.metrics.window_s))
         elif b == "reactive":
             controllers.append((ReactiveController(policy, profile, initial), policy.metrics.window_s))
         elif b == "dynamo-sla":
             dyn = DynamoSLAController(policy, profile, initial, predictor=dynamo_predictor)
             controllers.append((dyn, dyn.interval_s))
+        elif b == "clairvoyant":
+            from planner.sim.clairvoyant import ClairvoyantPlanner
+
+            cv = ClairvoyantPlanner(policy, profile, trace, policy.metrics.window_s)
+            _seed_current(cv, initial)
+            controllers.append((cv, policy.metrics.window_s))
         elif b == "oracle":
             assert schedule is not None
             controllers.append((OracleController(policy, profile, schedule, startup), policy.metrics.window_s))
@@ -210,7 +232,7 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
         if isinstance(c, StaticController):
             init = dict(c.targets)
         cb = (lambda t, name=c.name: progress(name, t, duration)) if progress else None
-        rep = replay(trace, profile, c, config, init, window_s=window, progress=cb)
+        rep = replay(trace, profile, c, config, init, window_s=window, progress=cb, score_from_s=warmup_s)
         replays[c.name] = rep
         s = summarise(rep, policy, duration)
         s["interval_s"] = float(c.interval_s)
@@ -219,13 +241,15 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
             s["stand_in"] = stand_in
         policies[c.name] = s
     report = {
-        "trace": {**trace.summary(), **(trace_meta or {})},
+        "trace": {**trace.summary(), **(trace_meta or {}), "warmup_s": warmup_s,
+                  "scored_requests": int(np.count_nonzero(trace.arrival_s >= warmup_s))},
         "sla": {"ttft_ms": policy.sla.ttft_ms, "itl_ms": policy.sla.itl_ms, "percentile": policy.sla.percentile,
                 "met_ttft": "TTFT <= sla.ttft_ms", "met_itl": MET_ITL},
         "sim": {"mode": policy.mode, "startup_s": startup, "kill": kill, "seed": seed,
                 "kv_link_gbps": policy.kv_link.gbps, "profile_model": profile.model.name,
                 "prefill_tp": profile.selected_tp("prefill"), "decode_tp": profile.selected_tp("decode"),
-                "initial_replicas": initial, "chunk_tokens": config.chunk_tokens,
+                "initial_replicas": initial, "chunk_tokens": config.chunk_tokens, "warmup_s": warmup_s,
+                "forecast": {"model": forecaster or policy.forecast.model, "quantile": policy.forecast.quantile},
                 "dynamo_predictor": dynamo_predictor,
                 "planner": "stand-in (planner.sim.baselines.StandInPlanner)" if stand_in
                 else "planner.decide.controller.make_planner_controller"},
@@ -236,5 +260,5 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
         report["oracle"] = {"method": schedule.method, "interval_s": schedule.interval_s,
                             "simulations": schedule.simulations, "simulated_requests": schedule.simulated_requests,
                             "infeasible_intervals": schedule.infeasible_intervals,
-                            "peak": schedule.peak()}
+                            "peak": schedule.peak(warmup_s)}
     return BacktestResult(report, replays, trace)

@@ -65,9 +65,11 @@ class OracleSchedule:
     method: str
     infeasible_intervals: int = 0
 
-    def peak(self) -> dict[str, int]:
+    def peak(self, from_s: float = 0.0) -> dict[str, int]:
+        """Per pool, the largest need of the intervals that end after ``from_s`` (after a warm-up)."""
         pools = self.needs[0].keys() if self.needs else ()
-        return {p: max(n[p] for n in self.needs) for p in pools}
+        kept = [n for s, n in zip(self.starts_s, self.needs, strict=True) if s + self.interval_s > from_s]
+        return {p: max(n[p] for n in kept or self.needs) for p in pools}
 
     def need_over(self, lo_s: float, hi_s: float, floors: Mapping[str, int]) -> dict[str, int]:
         """Per pool, the largest need of the intervals overlapping [lo_s, hi_s]."""

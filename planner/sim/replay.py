@@ -32,11 +32,12 @@ class Replay:
     targets: list[tuple[float, dict[str, int]]]  # (time, targets) at each controller tick
     failed: int
     decisions: list[Decision] = field(default_factory=list)
+    score_from_s: float = 0.0  # requests arriving and GPU time spent before this are warm-up, not scored
 
 
 def replay(trace: RequestTrace, profile: Profile, controller: Controller, config: SimConfig,
            initial: Mapping[str, int], window_s: float, sample_s: float = 30.0,
-           progress: Callable[[float], None] | None = None) -> Replay:
+           progress: Callable[[float], None] | None = None, score_from_s: float = 0.0) -> Replay:
     cluster = Cluster(trace, profile, config, initial)
     source = SimMetricSource(cluster)
     actuator = SimActuator(cluster)
@@ -72,11 +73,11 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
     res = cluster.results()
     fin = res["finish_s"]
     end_s = max(last_arrival, float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0)
-    gpu_s = cluster.gpu_seconds(end_s)
+    gpu_s = cluster.gpu_seconds(end_s) - cluster.gpu_seconds(min(score_from_s, end_s))
     if progress is not None:
         progress(last_arrival)
     return Replay(controller.name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets,
-                  cluster.failed_n, decisions)
+                  cluster.failed_n, decisions, score_from_s)
 
 
 def _sample(cluster: Cluster, source: SimMetricSource, t: float, window_s: float) -> dict[str, float]:

@@ -27,21 +27,28 @@ def render_markdown(report: dict) -> str:
         f"Trace: `{t.get('source', '')}`: {t['requests']:,} requests over {t['duration_s'] / 60:.1f} min "
         f"(mean {t['mean_rate_rps']:.1f} req/s, ISL mean {t['isl_mean']:.0f}, OSL mean {t['osl_mean']:.0f}).",
         f"Scaling: {t.get('notes') or 'none'}.", "",
+        *([f"Warm-up: the first {t['warmup_s'] / 60:.1f} min run every policy unscored; the table scores the "
+           f"{t['scored_requests']:,} requests after it and the GPU-hours spent after it.", ""]
+          if t.get("warmup_s") else []),
         f"SLA: TTFT <= {sla['ttft_ms']:g} ms and ITL <= {sla['itl_ms']:g} ms at p{sla['percentile']:g}; "
         f"met-ITL = {sla['met_itl']}.", "",
         f"Simulation: {report['sim']['mode']}, start-up {report['sim']['startup_s']:g} s, "
         f"{'kill' if report['sim']['kill'] else 'drain'} on scale-down, planner = {report['sim']['planner']}.", "",
-        "| policy | attain TTFT | attain ITL | joint | TTFT p50/p95/p99 ms | ITL p50/p95/p99 ms | GPU-h | "
-        "scale events | dir. changes/h | failed |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | attain TTFT | attain ITL | joint | violations | TTFT p50/p95/p99 ms | ITL p50/p95/p99 ms | "
+        "GPU-h | GPU-h / oracle | scale events | dir. changes/h | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    oracle_h = report["policies"].get("oracle", {}).get("gpu_hours")
     for name, p in report["policies"].items():
+        joint = p["attainment_joint"]
+        violations = round(p["requests"] * (1.0 - joint)) if joint is not None else None
+        ratio = p["gpu_hours"] / oracle_h if oracle_h else None
         tt, it = p["ttft_ms"], p["itl_ms"]
         lines.append(
             f"| {name} | {_fmt(p['attainment_ttft'], '.2%')} | {_fmt(p['attainment_itl'], '.2%')} | "
-            f"{_fmt(p['attainment_joint'], '.2%')} | {_fmt(tt['p50'], '.0f')} / {_fmt(tt['p95'], '.0f')} / "
+            f"{_fmt(joint, '.2%')} | {_fmt(violations, ',')} | {_fmt(tt['p50'], '.0f')} / {_fmt(tt['p95'], '.0f')} / "
             f"{_fmt(tt['p99'], '.0f')} | {_fmt(it['p50'], '.1f')} / {_fmt(it['p95'], '.1f')} / {_fmt(it['p99'], '.1f')} | "
-            f"{_fmt(p['gpu_hours'], '.2f')} | {p['scale_events']} | {_fmt(p['direction_changes_per_hour'], '.1f')} | "
+            f"{_fmt(p['gpu_hours'], '.2f')} | {_fmt(ratio, '.2f')} | {p['scale_events']} | {_fmt(p['direction_changes_per_hour'], '.1f')} | "
             f"{p['failed_requests']} |")
     if "oracle" in report:
         o = report["oracle"]
@@ -69,6 +76,11 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     paths: list[Path] = []
     tr = result.trace
     sla = result.report["sla"]
+    warm_min = float(result.report["trace"].get("warmup_s") or 0.0) / 60.0
+
+    def shade(ax: Any) -> None:
+        if warm_min > 0:
+            ax.axvspan(0.0, warm_min, color="0.9", zorder=0, label="warm-up (not scored)")
     # load
     fig, ax = plt.subplots(figsize=(10, 3.5))
     bins = np.arange(0.0, tr.duration_s + 60.0, 60.0)
@@ -77,6 +89,7 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     ax.set_xlabel("minutes")
     ax.set_ylabel("req/s")
     ax.set_title("Offered load")
+    shade(ax)
     ax.legend()
     paths.append(_save(fig, out / "load.png"))
     # replicas per pool per policy
@@ -88,6 +101,7 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
             n = np.array([row[f"{pool}.starting"] + row[f"{pool}.ready"] for row in rep.timeline])
             ax.step(t, n, where="post", label=name)
         ax.set_title(f"{pool}: replicas (starting + ready)")
+        shade(ax)
         ax.set_xlabel("minutes")
         ax.legend(fontsize=8)
     paths.append(_save(fig, out / "replicas.png"))
@@ -99,6 +113,7 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
             v = np.array([row[key] for row in rep.timeline])
             ax.plot(t, v, label=name, lw=1)
         ax.axhline(target, color="k", ls="--", lw=1, label="SLA target")
+        shade(ax)
         ax.set_yscale("log")
         ax.set_title(f"{key.replace('_', ' ')} over each policy's metrics window (sampled every 30 s) vs SLA")
         ax.set_xlabel("minutes")

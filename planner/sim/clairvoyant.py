@@ -1,0 +1,67 @@
+"""The planner with a perfect forecast: the decision core fed the trace's true future load (sim-only).
+
+It separates the two halves of the headline number. The oracle knows the future *and* searches sizes by
+simulation; this baseline knows the same future but sizes it with the planner's own decide() (queueing
+model, calibration, behaviour, floors). Its gap to the oracle is the decision core's cost; the gap from it
+to the planner is what forecasting a bursty trace from its past costs.
+
+The forecast at time t for each series is its largest value over the metrics windows that end in
+(t, t + startup_s + interval_s], the span the planner's own forecast covers (the larger of its near and far
+horizons), with every quantile equal to that value: no headroom is needed when nothing is uncertain.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from planner.config import Policy
+from planner.decide.controller import PlannerController
+from planner.forecast.base import LastValue
+from planner.profile import Profile
+from planner.sim.traces import RequestTrace
+from planner.types import QUANTILES, Decision, Forecast, LoadForecast, NoData, Observation
+
+NAME = "planner+perfect-forecast"
+
+
+class ClairvoyantPlanner(PlannerController):
+    """``PlannerController`` whose forecast reads the trace ahead instead of extrapolating the history."""
+
+    def __init__(self, policy: Policy, profile: Profile, trace: RequestTrace, window_s: float) -> None:
+        super().__init__(policy, profile, LastValue())
+        self.name = NAME
+        self.window_s = float(window_s)
+        self._now_s = 0.0
+        order = np.argsort(trace.arrival_s, kind="stable")
+        self._arrival_s = trace.arrival_s[order]
+        self._isl_cum = np.concatenate(([0.0], np.cumsum(trace.isl[order], dtype=np.float64)))
+        self._osl_cum = np.concatenate(([0.0], np.cumsum(trace.osl[order], dtype=np.float64)))
+
+    def _window(self, end_s: float) -> tuple[float, float, float]:
+        """(requests, prompt tokens, output tokens) arriving in the metrics window ending at ``end_s``."""
+        lo = int(np.searchsorted(self._arrival_s, end_s - self.window_s, side="left"))
+        hi = int(np.searchsorted(self._arrival_s, end_s, side="left"))
+        return float(hi - lo), float(self._isl_cum[hi] - self._isl_cum[lo]), float(self._osl_cum[hi] - self._osl_cum[lo])
+
+    def forecast(self) -> tuple[LoadForecast | None, bool]:
+        far_s = self.policy.startup_s + self.interval_s
+        ends = self._now_s + np.arange(1, int(math.ceil(far_s / self.interval_s)) + 1) * self.interval_s
+        windows = [self._window(float(e)) for e in ends]
+        n = sum(w[0] for w in windows)
+        rate = max(w[0] for w in windows) / self.window_s
+        prefill_tps = max(w[1] for w in windows) / self.window_s
+        decode_tps = max(w[2] for w in windows) / self.window_s
+        isl = sum(w[1] for w in windows) / n if n else math.nan
+        osl = sum(w[2] for w in windows) / n if n else math.nan
+
+        def exact(v: float) -> Forecast:
+            ok = math.isfinite(v)
+            return Forecast(v, {q: v for q in QUANTILES}, far_s, "perfect", ok, "" if ok else "no requests ahead")
+
+        return LoadForecast(exact(rate), exact(isl), exact(osl), exact(prefill_tps), exact(decode_tps)), False
+
+    def tick(self, observation: Observation | NoData, now_s: float) -> Decision:
+        self._now_s = now_s
+        return super().tick(observation, now_s)
