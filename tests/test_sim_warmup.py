@@ -57,15 +57,20 @@ def test_bad_warmup_is_a_clear_error(pol, prof, warm: float) -> None:  # noqa: A
         run_backtest(constant(5.0, 600.0, seed=1), prof, pol, baselines=[], warmup_s=warm)
 
 
-def test_cli_warmup_needs_that_much_trace_before_start(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    tr = constant(5.0, 300.0, seed=3)
-    p = tmp_path / "t.csv"
-    p.write_text("t,isl,osl\n" + "".join(f"{t:.3f},{i},{o}\n" for t, i, o in zip(tr.arrival_s, tr.isl, tr.osl,
-                                                                                 strict=True)))
+def _backtest_argv(tmp_path: Path, duration_s: float) -> list[str]:
+    """`planner backtest` arguments for a constant 5 req/s CSV trace and the example policy (no baselines)."""
+    tr = constant(5.0, duration_s, seed=3)
+    trace = tmp_path / "t.csv"
+    trace.write_text("t,isl,osl\n" + "".join(f"{t:.3f},{i},{o}\n"
+                                             for t, i, o in zip(tr.arrival_s, tr.isl, tr.osl, strict=True)))
     pf = tmp_path / "p.yaml"
     pf.write_text(yaml.safe_dump(merge(example_data(), {"profile": str(PROFILE)})))
-    argv = ["backtest", "--trace", str(p), "--format", "csv", "--columns", "arrival=t,isl=isl,osl=osl",
+    return ["backtest", "--trace", str(trace), "--format", "csv", "--columns", "arrival=t,isl=isl,osl=osl",
             "--profile", str(PROFILE), "--policy", str(pf), "--out", str(tmp_path / "o"), "--baselines", ""]
+
+
+def test_cli_warmup_needs_that_much_trace_before_start(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv = _backtest_argv(tmp_path, duration_s=300.0)
     assert run([*argv, "--start-s", "60", "--warmup-s", "120"]) == 2
     assert "--start-s >= 120" in capsys.readouterr().err
     assert run([*argv, "--start-s", "120", "--warmup-s", "120", "--no-plots"]) == 0
@@ -136,15 +141,7 @@ def test_forecast_quantiles_interpolate(q: float | None, expected: float) -> Non
 
 
 def test_cli_quantile_override_is_recorded_and_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    tr = constant(5.0, 240.0, seed=3)
-    p = tmp_path / "t.csv"
-    p.write_text("t,isl,osl\n" + "".join(f"{t:.3f},{i},{o}\n" for t, i, o in zip(tr.arrival_s, tr.isl, tr.osl,
-                                                                                 strict=True)))
-    pf = tmp_path / "p.yaml"
-    pf.write_text(yaml.safe_dump(merge(example_data(), {"profile": str(PROFILE)})))
-    argv = ["backtest", "--trace", str(p), "--format", "csv", "--columns", "arrival=t,isl=isl,osl=osl",
-            "--profile", str(PROFILE), "--policy", str(pf), "--out", str(tmp_path / "o"), "--baselines", "",
-            "--no-plots"]
+    argv = [*_backtest_argv(tmp_path, duration_s=240.0), "--no-plots"]
     assert run([*argv, "--quantile", "1.5"]) == 2
     assert "--quantile: 1.5 must be between 0.5 and 0.99" in capsys.readouterr().err
     assert run([*argv, "--quantile", "0.75", "--forecaster", "ewma"]) == 0

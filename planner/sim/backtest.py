@@ -149,8 +149,8 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
         for p, v in tg.items():
             peak[p] = max(peak.get(p, 0), v)
     if rep.score_from_s > 0:
-        before = [tg for t, tg in rep.targets if t < rep.score_from_s][-1:]
-        seq = [tg for tg in before] + [tg for _, tg in targets]
+        before = [tg for t, tg in rep.targets if t < rep.score_from_s][-1:]  # the targets scoring starts from
+        seq = before + [tg for _, tg in targets]
         events = sum(1 for a, b in zip(seq, seq[1:], strict=False) if a != b)
     else:
         events = int(rep.scale_events)
