@@ -165,3 +165,9 @@ def test_default_synthetic_lengths_stay_within_the_azure_maxima() -> None:
     osl = T.DEFAULT_OSL.sample(rng, 2_000_000)
     assert isl.max() <= 14050 and osl.max() <= 1000
     assert abs(isl.mean() - 1155) < 0.02 * 1155  # the cap trims a tail that carries almost no mass
+
+
+def test_servegen_compress_mode_still_squeezes_time(shared: Path) -> None:
+    path = shared / "traces/servegen/aggregate_rate_language_m-large.csv"
+    tr = T.load_requests(path, "servegen", start_s=0, duration_s=3600, rate_scale=2.0, scale_mode="compress")
+    assert tr.duration_s <= 1800.0 + 1e-6 and "compressing time" in tr.notes

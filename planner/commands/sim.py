@@ -70,9 +70,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         prof = load_profile(profile)
         if workers is not None and workers < 1:
             raise UserError(f"--workers: {workers} must be >= 1")
-        if not warmup_s >= 0:  # also rejects NaN
-            raise UserError(f"--warmup-s: {warmup_s!r} must be >= 0")
-        if warmup_s > (start_s or 0.0):
+        if warmup_s > (start_s or 0.0):  # a negative or NaN warm-up is rejected by run_backtest
             raise UserError(f"--warmup-s: {warmup_s:g} s of warm-up needs --start-s >= {warmup_s:g} "
                             f"(the warm-up is the trace before --start-s); got --start-s {start_s or 0:g}")
         if warmup_s > 0:

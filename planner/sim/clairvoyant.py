@@ -34,10 +34,9 @@ class ClairvoyantPlanner(PlannerController):
         self.name = NAME
         self.window_s = float(window_s)
         self._now_s = 0.0
-        order = np.argsort(trace.arrival_s, kind="stable")
-        self._arrival_s = trace.arrival_s[order]
-        self._isl_cum = np.concatenate(([0.0], np.cumsum(trace.isl[order], dtype=np.float64)))
-        self._osl_cum = np.concatenate(([0.0], np.cumsum(trace.osl[order], dtype=np.float64)))
+        self._arrival_s = trace.arrival_s  # sorted (RequestTrace's contract)
+        self._isl_cum = np.concatenate(([0.0], np.cumsum(trace.isl, dtype=np.float64)))
+        self._osl_cum = np.concatenate(([0.0], np.cumsum(trace.osl, dtype=np.float64)))
 
     def _window(self, end_s: float) -> tuple[float, float, float]:
         """(requests, prompt tokens, output tokens) arriving in the metrics window ending at ``end_s``."""

@@ -434,15 +434,15 @@ def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, st
             windows = RateWindows(windows.window_start_s[keep] - lo, windows.window_s[keep],
                                   windows.rate_rps[keep], windows.source)
             start_s = duration_s = None
-        if rate_scale != 1.0 and math.isfinite(rate_scale) and rate_scale > 0:
-            # Synthesised arrivals are Poisson at the window's rate: scaling the rate *is* the scaled trace
-            # (and a x0.1 scale-down need not synthesise 10x the requests first).
+        synth_note = ""
+        if scale_mode == "superpose" and rate_scale != 1.0 and math.isfinite(rate_scale) and rate_scale > 0:
+            # Synthesised arrivals are Poisson at the window's rate, so superposing copies is scaling the rate
+            # (and a x0.1 scale-down need not synthesise 10x the requests first). Bad scales fall through to
+            # scale_rate's error; compress keeps its meaning (time squeezed after synthesis).
             windows = RateWindows(windows.window_start_s, windows.window_s, windows.rate_rps * rate_scale,
                                   windows.source)
             synth_note = f"rates x{rate_scale:g} before synthesis"
             rate_scale = 1.0
-        else:
-            synth_note = ""
         expected = float(np.sum(windows.rate_rps * windows.window_s))
         if expected > MAX_SYNTH_REQUESTS:
             raise UserError(f"{p}: synthesising {expected:,.0f} requests exceeds {MAX_SYNTH_REQUESTS:,}; "
