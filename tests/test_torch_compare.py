@@ -96,11 +96,16 @@ def test_shipped_h200_torch_profiles_stay_within_the_accuracy_bar(repo, name: st
         assert table.row(stage).median_abs < 0.15, table.markdown()
 
 
-@pytest.mark.parametrize("name,tps", [("qwen3-32b-torch-tp12", (1, 2)), ("llama-3.1-70b-torch-tp2", (2,))])
-def test_shipped_multi_gpu_profiles_stay_within_the_accuracy_bar(repo, name: str, tps: tuple[int, ...]) -> None:
-    """Real 2-GPU H200 measurements with NCCL all-reduces: the model's TP scaling stays under 15 % median."""
+MULTI_GPU = [("qwen3-32b-torch-tp12", (1, 2), "2"), ("llama-3.1-70b-torch-tp2", (2,), "2"),
+             ("qwen3-32b-torch-tp4", (4,), "4"), ("llama-3.1-70b-torch-tp4", (4,), "4")]
+
+
+@pytest.mark.parametrize("name,tps,gpus", MULTI_GPU, ids=[m[0] for m in MULTI_GPU])
+def test_shipped_multi_gpu_profiles_stay_within_the_accuracy_bar(repo, name: str, tps: tuple[int, ...],
+                                                                 gpus: str) -> None:
+    """Real 2- and 4-GPU H200 measurements with NCCL all-reduces: the model's TP scaling stays under 15 % median."""
     p = load_profile(repo / "profiles" / "h200" / f"{name}.json")
-    assert p.provenance.backend == "torch" and p.provenance.software["gpus_visible"] == "2"
+    assert p.provenance.backend == "torch" and p.provenance.software["gpus_visible"] == gpus
     assert "nccl" in p.provenance.software
     table = compare_profiles(p)
     for tp in tps:
