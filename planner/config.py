@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from planner.errors import UserError
+from planner.types import Mode, Pool
 
 
 class _Strict(BaseModel):
@@ -107,13 +108,26 @@ class MetricsConfig(_Strict):
     stale_after_intervals: int = Field(3, ge=1)
 
 
+def _one_of(field: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"unknown {field} {value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
 class ActuatorConfig(_Strict):
-    kind: Literal["kubernetes", "keda", "hpa", "dry-run"] = "kubernetes"
+    kind: str = "kubernetes"  # one of planner/actuators/registry.py
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        from planner.actuators.registry import names  # light: constructors load their modules when called
+
+        return _one_of("actuator kind", kind, names())
 
 
 class Policy(_Strict):
     name: str = Field(min_length=1)
-    mode: Literal["disaggregated", "aggregated"] = "disaggregated"
+    mode: Mode = Mode.DISAGGREGATED
     profile: str
     sla: SLA = Field(default_factory=SLA)
     interval_s: float = Field(30.0, ge=1.0, le=3600.0)
@@ -129,14 +143,13 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _pools_match_mode(self) -> Policy:
-        if self.mode == "disaggregated" and (self.pools.prefill is None or self.pools.decode is None):
-            raise ValueError("mode disaggregated needs pools.prefill and pools.decode")
-        if self.mode == "aggregated" and self.pools.aggregated is None:
-            raise ValueError("mode aggregated needs pools.aggregated")
+        missing = [p.value for p in self.mode.pools if getattr(self.pools, p) is None]
+        if missing:
+            raise ValueError(f"mode {self.mode.value} needs pools.{' and pools.'.join(missing)}")
         return self
 
-    def pool_names(self) -> tuple[str, ...]:
-        return ("prefill", "decode") if self.mode == "disaggregated" else ("aggregated",)
+    def pool_names(self) -> tuple[Pool, ...]:
+        return self.mode.pools
 
     def pool(self, name: str) -> PoolSpec:
         spec = getattr(self.pools, name)
@@ -150,7 +163,7 @@ def _format_error(source: str, exc: ValidationError) -> str:
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     value = err.get("input")
     shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     ctx = err.get("ctx") or {}
     bounds = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
     allowed = f" (allowed: {bounds})" if bounds else ""

@@ -13,8 +13,31 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-POOLS_DISAGG = ("prefill", "decode")
-POOL_AGG = "aggregated"
+
+class Pool(StrEnum):
+    """A pool of replicas. A StrEnum, so it is also the plain string used as label, key and JSON value."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    AGGREGATED = "aggregated"  # one pool serving both stages (no disaggregation)
+
+
+class Mode(StrEnum):
+    DISAGGREGATED = "disaggregated"  # prefill and decode pools
+    AGGREGATED = "aggregated"  # one pool
+
+    @property
+    def pools(self) -> tuple[Pool, ...]:
+        return (Pool.PREFILL, Pool.DECODE) if self is Mode.DISAGGREGATED else (Pool.AGGREGATED,)
+
+    @property
+    def ttft_pool(self) -> Pool:
+        """The pool whose replicas set TTFT (every request starts there)."""
+        return Pool.PREFILL if self is Mode.DISAGGREGATED else Pool.AGGREGATED
+
+    @property
+    def itl_pool(self) -> Pool:
+        return Pool.DECODE if self is Mode.DISAGGREGATED else Pool.AGGREGATED
 
 
 # ----------------------------------------------------------------------------------------------- observe

@@ -58,18 +58,19 @@ def test_metrics_api_needs_pool() -> None:
     assert asyncio.run(get()).status_code == 422
 
 
-def test_publish_actuator_is_idempotent_and_exports_gauge() -> None:
+def test_publish_actuator_is_idempotent_and_the_only_writer_of_the_store() -> None:
     metrics = PlannerMetrics()
     store = store_with()
-    act = PublishActuator(store, "hpa", metrics)
+    act = PublishActuator(store, "hpa")
     assert act.apply({"decode": 4, "prefill": 2}) == Applied(
         before={"decode": None, "prefill": None}, after={"decode": 4, "prefill": 2}, changed=True,
         detail="published for hpa")
     version = store.snapshot().version
     assert act.apply({"decode": 4, "prefill": 2}).changed is False
     assert store.snapshot().version == version
-    value = metrics.registry.get_sample_value("planner_desired_replicas", {"policy": "chat", "pool": "decode"})
-    assert value == 4
+    assert store.get("decode") == 4
+    # The gauge the HPA reads has one writer, the loop's telemetry; the actuator leaves it alone.
+    assert metrics.registry.get_sample_value("planner_desired_replicas", {"policy": "chat", "pool": "decode"}) is None
 
 
 # ------------------------------------------------------------------------------------------ gRPC

@@ -6,7 +6,7 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_decide_support import PROFILE, free_policy, load_forecast, observation, policy
+from test_decide_support import free_policy, load_forecast, observation, policy, spec
 
 from planner.decide import PlannerState, decide
 from planner.decide.state import PoolMemory
@@ -21,8 +21,8 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 @SETTINGS
 @given(rate=rates, extra=st.floats(min_value=0.0, max_value=500.0), isl=lengths, osl=outs)
 def test_more_load_never_yields_fewer_replicas(rate: float, extra: float, isl: float, osl: float) -> None:
-    lo, _ = decide(FREE, PROFILE, observation(0, rate), load_forecast(rate, isl, osl), None, 0.0)
-    hi, _ = decide(FREE, PROFILE, observation(0, rate + extra), load_forecast(rate + extra, isl, osl), None, 0.0)
+    lo, _ = decide(spec(FREE), observation(0, rate), load_forecast(rate, isl, osl), None, 0.0)
+    hi, _ = decide(spec(FREE), observation(0, rate + extra), load_forecast(rate + extra, isl, osl), None, 0.0)
     for pool in ("prefill", "decode"):
         assert hi.pools[pool].replicas >= lo.pools[pool].replicas, pool
 
@@ -30,8 +30,8 @@ def test_more_load_never_yields_fewer_replicas(rate: float, extra: float, isl: f
 @SETTINGS
 @given(rate=st.floats(min_value=1.0, max_value=300.0), isl=lengths, more=st.floats(min_value=1.0, max_value=4.0))
 def test_longer_prompts_never_yield_fewer_prefill_replicas(rate: float, isl: float, more: float) -> None:
-    a, _ = decide(FREE, PROFILE, observation(0, rate), load_forecast(rate, isl, 200), None, 0.0)
-    b, _ = decide(FREE, PROFILE, observation(0, rate), load_forecast(rate, isl * more, 200), None, 0.0)
+    a, _ = decide(spec(FREE), observation(0, rate), load_forecast(rate, isl, 200), None, 0.0)
+    b, _ = decide(spec(FREE), observation(0, rate), load_forecast(rate, isl * more, 200), None, 0.0)
     assert b.pools["prefill"].replicas >= a.pools["prefill"].replicas
 
 
@@ -49,13 +49,14 @@ def test_floors_ceilings_and_budget_always_hold(lim, loads, current) -> None:
                         "decode": {"min_replicas": lim["dmin"], "max_replicas": max(1, lim["dmin"] + lim["dspan"])}},
                  budget={"max_gpus": lim["budget"]})
     state = PlannerState(pools={"prefill": PoolMemory(target=current[0]), "decode": PoolMemory(target=current[1])})
+    built = spec(pol)
     for i, rate in enumerate(loads):
-        d, state = decide(pol, PROFILE, observation(i * 30.0, rate), load_forecast(rate), state, i * 30.0)
+        d, state = decide(built, observation(i * 30.0, rate), load_forecast(rate), state, i * 30.0)
         floors_gpus = 0
         for name in ("prefill", "decode"):
-            spec = pol.pool(name)
-            assert spec.min_replicas <= d.pools[name].replicas <= spec.max_replicas
-            floors_gpus += spec.min_replicas * d.pools[name].gpus_per_replica
+            bounds = pol.pool(name)
+            assert bounds.min_replicas <= d.pools[name].replicas <= bounds.max_replicas
+            floors_gpus += bounds.min_replicas * d.pools[name].gpus_per_replica
         if lim["budget"] is not None:
             # The budget holds unless the floors alone exceed it (floors are a promise to the operator).
             assert d.gpus <= max(lim["budget"], floors_gpus)
@@ -71,7 +72,7 @@ def test_decide_is_deterministic_and_state_round_trips(loads, ttft) -> None:
         out = []
         for i, rate in enumerate(loads):
             obs = observation(i * 30.0, rate, ready={"prefill": 4, "decode": 2}, ttft_ms_p95=ttft)
-            d, state = decide(pol, PROFILE, obs, load_forecast(rate), state, i * 30.0)
+            d, state = decide(spec(pol), obs, load_forecast(rate), state, i * 30.0)
             again = PlannerState.from_dict(json.loads(json.dumps(state.to_dict())))
             assert again == state
             state = again
@@ -83,7 +84,7 @@ def test_decide_is_deterministic_and_state_round_trips(loads, ttft) -> None:
 def test_regression_infeasible_prompt_length_does_not_shrink_the_pool() -> None:
     # Found by hypothesis: at 1 req/s, ISL 1,628 met the SLA with 2 prefill replicas while ISL 3,256 (whose own
     # compute misses the TTFT target) got 1.
-    a, _ = decide(FREE, PROFILE, observation(0, 1.0), load_forecast(1.0, 1628.0, 200), None, 0.0)
-    b, _ = decide(FREE, PROFILE, observation(0, 1.0), load_forecast(1.0, 3256.0, 200), None, 0.0)
+    a, _ = decide(spec(FREE), observation(0, 1.0), load_forecast(1.0, 1628.0, 200), None, 0.0)
+    b, _ = decide(spec(FREE), observation(0, 1.0), load_forecast(1.0, 3256.0, 200), None, 0.0)
     assert "sla_infeasible" in [r.value for r in b.pools["prefill"].reasons]
     assert b.pools["prefill"].replicas >= a.pools["prefill"].replicas

@@ -14,10 +14,12 @@ from test_decide_support import (
     load_forecast,
     observation,
     policy,
+    spec,
 )
 
+from planner.controller import HistoryForecast, PlannerController, make_planner_controller
 from planner.decide import decide
-from planner.decide.controller import make_planner_controller
+from planner.errors import UserError
 from planner.types import NoData, NoDataReason, Reason
 
 BIG = {"pools": {"prefill": {"max_replicas": 200}, "decode": {"max_replicas": 60}}}
@@ -25,7 +27,7 @@ POL = policy(**BIG)
 
 
 def sized(rate: float) -> dict[str, int]:
-    d, _ = decide(free_policy(), PROFILE, observation(0, rate), load_forecast(rate), None, 0.0)
+    d, _ = decide(spec(free_policy()), observation(0, rate), load_forecast(rate), None, 0.0)
     return d.targets()
 
 
@@ -130,14 +132,28 @@ def test_oscillating_load_changes_direction_at_most_twice_an_hour() -> None:
         assert direction_changes_per_hour(decisions, pool) <= 2, pool
 
 
+class Broken:
+    """A forecaster that fails at every fit (a bug in a model must not stop scaling)."""
+
+    name = "broken"
+
+    def fit(self, times_s, values):  # noqa: ANN001, ANN201
+        raise RuntimeError("boom")
+
+
 def test_policy_forecaster_runs_or_says_it_fell_back() -> None:
     ctl = make_planner_controller(POL, PROFILE)  # the policy's forecaster ("auto")
-    ctl_missing = make_planner_controller(POL, PROFILE, forecaster="no-such-model")
+    broken = PlannerController(POL, PROFILE, HistoryForecast(Broken(), POL.interval_s, POL.startup_s))
     for i in range(1, 20):
         obs = observation(i * 30.0, 50.0 + i)
         d = ctl.tick(obs, i * 30.0)
-        d2 = ctl_missing.tick(obs, i * 30.0)
-    assert Reason.FORECAST_FALLBACK in d2.reasons and "no-such-model" in str(d2.detail["forecast_fallback"])
+        d2 = broken.tick(obs, i * 30.0)
+    assert Reason.FORECAST_FALLBACK in d2.reasons  # fell back to last-value, and says so
+    assert d2.targets()["prefill"] >= sized(50.0)["prefill"]
     assert d.targets()["prefill"] >= sized(50.0)["prefill"]
-    if not ctl.fallback:
-        assert Reason.FORECAST_FALLBACK not in d.reasons
+    assert Reason.FORECAST_FALLBACK not in d.reasons  # 19 ticks of history span the 150 s horizon
+
+
+def test_unknown_forecaster_is_a_config_error_naming_the_models() -> None:
+    with pytest.raises(UserError, match=r"forecast\.model.*'no-such-model'.*last-value"):
+        make_planner_controller(POL, PROFILE, forecaster="no-such-model")

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from planner.config import Policy, parse_policy
+from planner.decide import DeciderSpec
 from planner.profile import load_profile
 from planner.types import QUANTILES, Decision, Forecast, LoadForecast, Observation, PoolObservation, Reason
 
@@ -42,6 +43,11 @@ def policy(**over: Any) -> Policy:
 
 FREE = {"tolerance": 0.0, "scale_up": {"stabilization_window_s": 0, "policies": []},
         "scale_down": {"stabilization_window_s": 0, "policies": []}}
+
+
+def spec(pol: Policy) -> DeciderSpec:
+    """What decide() takes: the policy with its sizing model, built once per policy (as the controller does)."""
+    return DeciderSpec.build(pol, PROFILE)
 
 
 def free_policy(**over: Any) -> Policy:
@@ -122,7 +128,7 @@ class Plant:
 def drive(pol: Policy, rates: Any, hours: float, forecaster: str = "last-value",
           observe: Any = None, initial: Mapping[str, int] | None = None, on_tick: Any = None) -> list[Decision]:
     """Run the planner controller against the Plant for ``hours``; ``rates(t_s)`` gives the load."""
-    from planner.decide.controller import make_planner_controller
+    from planner.controller import make_planner_controller
     from planner.testing.clock import FakeClock
 
     clock = FakeClock(0.0)

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from test_decide_support import (
-    PROFILE,
     assert_decision,
     free_policy,
     load_forecast,
     observation,
     policy,
+    spec,
 )
 
 from planner.config import Policy
@@ -108,7 +108,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_decision(case: Case) -> None:
-    decision, state = decide(case.policy, PROFILE, case.observation, case.forecast, case.state, case.now_s)
+    decision, state = decide(spec(case.policy), case.observation, case.forecast, case.state, case.now_s)
     assert_decision(decision, case.expected, case.gpus)
     assert decision.at_s == case.now_s
     for name, pool in decision.pools.items():
@@ -118,31 +118,30 @@ def test_decision(case: Case) -> None:
 
 
 def test_predictions_meet_the_sla_when_sized_freely() -> None:
-    d, _ = decide(FREE, PROFILE, observation(0, 300), load_forecast(300), None, 0.0)
+    d, _ = decide(spec(FREE), observation(0, 300), load_forecast(300), None, 0.0)
     assert d.predicted_ttft_ms is not None and d.predicted_ttft_ms <= FREE.sla.ttft_ms
     assert d.predicted_itl_ms is not None and d.predicted_itl_ms <= FREE.sla.itl_ms
     # One replica fewer in either pool must predict a miss: the sizes are the smallest that meet the SLA.
     from planner.decide.capacity import Load, decode_itl_ms, prefill_ttft_ms
-    from planner.decide.decider import models_for
     from planner.decide.queueing import MAX_UTILISATION
 
-    m = models_for(FREE, PROFILE)
+    m = spec(FREE).model
     load = Load(300, 1155, 211)
     smaller = d.pools["prefill"].replicas - 1
-    hot = 300 * m.prefill.prefill_s(1155) / smaller >= MAX_UTILISATION  # never sized hotter than this
+    hot = 300 * m.engine.prefill_s(1155) / smaller >= MAX_UTILISATION  # never sized hotter than this
     assert hot or prefill_ttft_ms(m, load, smaller) > FREE.sla.ttft_ms
     assert decode_itl_ms(m, load, d.pools["decode"].replicas - 1) > FREE.sla.itl_ms
 
 
 def test_negative_forecast_is_treated_as_zero() -> None:
-    d, _ = decide(FREE, PROFILE, observation(0, 0), load_forecast(-5.0), None, 0.0)
+    d, _ = decide(spec(FREE), observation(0, 0), load_forecast(-5.0), None, 0.0)
     assert d.targets() == {"prefill": 1, "decode": 1}
     assert Reason.ZERO_TRAFFIC in d.reasons
 
 
 def test_calibration_learns_from_the_observed_window() -> None:
     obs = observation(0, 50, ready={"prefill": 8, "decode": 2}, ttft_ms_p95=5000.0)
-    _, state = decide(FREE, PROFILE, obs, load_forecast(50), None, 0.0)
+    _, state = decide(spec(FREE), obs, load_forecast(50), None, 0.0)
     f = state.factor("ttft")
     assert f.samples == 1 and 1.0 < f.factor <= FREE.calibration.max_factor
     # ... and forgets it with the half-life when no new evidence comes.
@@ -155,17 +154,17 @@ def test_calibration_learns_from_the_observed_window() -> None:
 def test_zero_measured_traffic_is_not_no_data() -> None:
     """Zero requests measured is a real zero (may scale to floors), unlike NoData (hold)."""
     state = held(6, 4)
-    zero, _ = decide(FREE, PROFILE, observation(0, 0), load_forecast(0), state, 0.0)
-    nodata, _ = decide(FREE, PROFILE, NoData(NoDataReason.NAN, "NaN", 0.0), None, state, 0.0)
+    zero, _ = decide(spec(FREE), observation(0, 0), load_forecast(0), state, 0.0)
+    nodata, _ = decide(spec(FREE), NoData(NoDataReason.NAN, "NaN", 0.0), None, state, 0.0)
     assert zero.targets() == {"prefill": 1, "decode": 1}
     assert nodata.targets() == {"prefill": 6, "decode": 4}
 
 
 def test_no_data_on_the_first_tick_leaves_the_pools_alone() -> None:
     """Nothing known about the sizes: the Decision omits the pools (the actuator leaves them as they are)."""
-    d, state = decide(FREE, PROFILE, NoData(NoDataReason.UNREACHABLE, "down", 0.0), None, None, 0.0)
+    d, state = decide(spec(FREE), NoData(NoDataReason.UNREACHABLE, "down", 0.0), None, None, 0.0)
     assert d.targets() == {} and d.reasons == (R.NO_DATA_HOLD,)
     assert state.pools == {}
     # Once an observation says how many replicas are ready, a hold (here: stale data) holds those.
-    d2, _ = decide(FREE, PROFILE, observation(-1000, 10, ready={"prefill": 7, "decode": 3}), None, None, 0.0)
+    d2, _ = decide(spec(FREE), observation(-1000, 10, ready={"prefill": 7, "decode": 3}), None, None, 0.0)
     assert d2.targets() == {"prefill": 7, "decode": 3} and d2.reasons == (R.NO_DATA_HOLD,)

@@ -8,7 +8,7 @@ import pytest
 from fake_kube import FakeKube
 
 from planner.config import parse_policy
-from planner.decide.controller import make_planner_controller
+from planner.controller import make_planner_controller
 from planner.profile import load_profile
 from planner.service.leader import LeaseElector
 from planner.service.loop import ControlLoop

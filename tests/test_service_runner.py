@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,8 @@ from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.errors import UserError
 from planner.service.leader import LeaseElector
 from planner.service.runner import RunOptions, Service, build_loop
+from planner.testing.clock import FakeClock
+from planner.types import Observation, PoolObservation
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,3 +86,56 @@ def test_busy_grpc_port_is_a_user_error(tmp_path: Path) -> None:
         with pytest.raises(UserError, match=f"--grpc-port {port}: cannot start the external scaler"):
             service.start()
     assert service.http is None  # the HTTP server was stopped again
+
+
+class StepSource:
+    """Light load, then a surge from ``at_s`` on: the planner must scale up."""
+
+    def __init__(self, at_s: float) -> None:
+        self.at_s = at_s
+
+    def read(self, window_s: float, now_s: float) -> Observation:
+        rate = 2.0 if now_s < self.at_s else 60.0
+        pool = PoolObservation(requests=rate * window_s, rate_rps=rate, isl_mean=1200, osl_mean=220,
+                               ready_replicas=None)
+        return Observation(now_s, window_s, {"prefill": pool, "decode": pool})
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "keda", "hpa", "dry-run"])
+def test_one_writer_per_output_reports_each_scale_up(tmp_path: Path, kube: FakeKube, kind: str,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Each actuator kind sees the change it makes: ``changed`` on the scale-up tick and the "applied" log.
+
+    (The loop once published to the KEDA store itself before the actuator did, so keda and hpa always
+    reported ``changed=False`` and the applied line never fired.)"""
+    path = policy_file(tmp_path, kind)
+    data = yaml.safe_load(path.read_text())
+    data["pools"]["prefill"]["target"]["namespace"] = data["pools"]["decode"]["target"]["namespace"] = "llm"
+    path.write_text(yaml.safe_dump(data))
+    kube.add_deployment("llm", "qwen-prefill", 1)
+    kube.add_deployment("llm", "qwen-decode", 1)
+    loop = build_loop(RunOptions(path), clock=FakeClock(start_s=0.0), api_client=kube.api_client())
+    loop.source = StepSource(at_s=300.0)
+    caplog.set_level(logging.INFO, logger="planner.loop")
+    results = []
+    for _ in range(20):
+        results.append(loop.tick())
+        loop.clock.advance(30.0)  # type: ignore[attr-defined]
+    first = results[0]
+    # The cluster already runs 1 + 1 (nothing to write); the store and the dry-run twin start empty.
+    assert first.applied is not None and first.applied.changed is (kind != "kubernetes")
+    surge = next(r for r in results if r.at_s >= 300.0 and r.decision is not None
+                 and r.decision.targets()["prefill"] > results[0].decision.targets()["prefill"])  # type: ignore[union-attr]
+    assert surge.applied is not None and surge.applied.changed is True, surge
+    applied_lines = [r.getMessage() for r in caplog.records if r.getMessage().endswith("; applied")]
+    assert any(f"prefill={surge.decision.targets()['prefill']} " in m for m in applied_lines), applied_lines  # type: ignore[union-attr]
+    steady = results[-1]
+    assert steady.applied is not None and steady.applied.changed is False  # idempotent once there
+    gauge = loop.metrics.registry.get_sample_value("planner_desired_replicas", {"policy": loop.name, "pool": "prefill"})
+    assert gauge == steady.decision.targets()["prefill"]  # type: ignore[union-attr]
+    if kind == "kubernetes":
+        assert kube.replicas("deployments", "llm", "qwen-prefill") == steady.decision.targets()["prefill"]  # type: ignore[union-attr]
+    if kind in ("keda", "hpa"):
+        assert loop.store.get("prefill") == steady.decision.targets()["prefill"]  # type: ignore[union-attr]
+    else:
+        assert loop.store.get("prefill") is None  # KEDA is not in the loop: it is told nothing

@@ -11,12 +11,13 @@ from test_decide_support import example_data, flat, merge, observation
 
 from planner.cli import run
 from planner.config import parse_policy
-from planner.decide.decider import decide, demand
+from planner.decide import DeciderSpec, decide
+from planner.decide.demand import Demand, demand
 from planner.profile import load_profile
 from planner.sim.backtest import run_backtest
-from planner.sim.clairvoyant import ClairvoyantPlanner
+from planner.sim.clairvoyant import PerfectForecast
 from planner.sim.traces import RequestTrace, constant, step
-from planner.types import Forecast, LoadForecast
+from planner.types import Forecast, LoadForecast, Pool
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"
@@ -84,11 +85,9 @@ def test_clairvoyant_forecast_reads_the_true_load_ahead(pol, prof) -> None:  # n
     t = np.concatenate([np.arange(0, 300, 0.1), np.arange(300, 600, 0.025)])
     isl = np.where(t < 300, 500, 2000)
     tr = RequestTrace(t, isl.astype(np.int64), np.full(len(t), 100, dtype=np.int64), "step")
-    cv = ClairvoyantPlanner(pol, prof, tr, window_s=30.0)
-    cv._now_s = 200.0  # horizon 60 + 30 s: windows ending in (200, 290] see only the low load
-    low, _ = cv.forecast()
-    cv._now_s = 240.0  # windows ending in (240, 330] reach the step
-    high, _ = cv.forecast()
+    cv = PerfectForecast(tr, window_s=30.0, interval_s=pol.interval_s, startup_s=pol.startup_s)
+    low, _ = cv.forecast([], 200.0)  # horizon 60 + 30 s: windows ending in (200, 290] see only the low load
+    high, _ = cv.forecast([], 240.0)  # windows ending in (240, 330] reach the step
     assert low is not None and high is not None
     assert low.rate_rps.mean == pytest.approx(10.0, rel=0.02)
     assert low.prefill_tokens_per_s is not None and low.prefill_tokens_per_s.mean == pytest.approx(5000, rel=0.02)
@@ -122,11 +121,13 @@ def _forecast(rate: float, isl: float, osl: float, work_q: float | None) -> Load
     (20.0 * 1000 * 9.0, 40.0),  # capped at 2x the work's mean
 ], ids=["none", "work-above", "work-below", "capped"])
 def test_prefill_demand_follows_the_work_quantile(pol, prof, work_q: float | None, expected_rate: float) -> None:  # noqa: ANN001
-    dem = demand(pol, prof, observation(100.0, 20.0, isl=1000, osl=200), _forecast(20.0, 1000, 200, work_q))
-    assert dem.for_pool("prefill").rate_rps == pytest.approx(expected_rate)
-    assert dem.for_pool("decode").rate_rps == pytest.approx(20.0)
-    d_none, _ = decide(pol, prof, observation(100.0, 20.0, isl=1000, osl=200), _forecast(20.0, 1000, 200, None), None, 100.0)
-    d_work, _ = decide(pol, prof, observation(100.0, 20.0, isl=1000, osl=200), _forecast(20.0, 1000, 200, work_q), None, 100.0)
+    spec = DeciderSpec.build(pol, prof)
+    dem = demand(spec, observation(100.0, 20.0, isl=1000, osl=200), _forecast(20.0, 1000, 200, work_q))
+    assert isinstance(dem, Demand)
+    assert dem.for_pool(Pool.PREFILL).rate_rps == pytest.approx(expected_rate)
+    assert dem.for_pool(Pool.DECODE).rate_rps == pytest.approx(20.0)
+    d_none, _ = decide(spec, observation(100.0, 20.0, isl=1000, osl=200), _forecast(20.0, 1000, 200, None), None, 100.0)
+    d_work, _ = decide(spec, observation(100.0, 20.0, isl=1000, osl=200), _forecast(20.0, 1000, 200, work_q), None, 100.0)
     assert d_work.pools["prefill"].desired_unclamped >= d_none.pools["prefill"].desired_unclamped
     assert (d_work.pools["prefill"].desired_unclamped > d_none.pools["prefill"].desired_unclamped) == (expected_rate > 20.0)
 

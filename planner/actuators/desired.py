@@ -2,8 +2,8 @@
 
 With KEDA/HPA the planner does not write the cluster; it serves N per pool and the HPA, with an
 AverageValue target of 1, computes ceil(N / 1) = N (INTEGRATION.md §2.5). ``DesiredStore`` is the one
-place the latest N lives; the control loop writes it (through ``PublishActuator``) and the HTTP and gRPC
-servers, on other threads, read it.
+place the latest N lives; ``PublishActuator`` alone writes it (the keda and hpa kinds; with other kinds it
+stays empty and KEDA sees "unavailable"), and the HTTP and gRPC servers, on other threads, read it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from planner.telemetry import PlannerMetrics
 from planner.types import Applied
 
 
@@ -50,17 +49,17 @@ class DesiredStore:
 
 
 class PublishActuator:
-    """Actuator kinds ``keda`` and ``hpa``: publish N (store + ``planner_desired_replicas``), write nothing."""
+    """Actuator kinds ``keda`` and ``hpa``: publish N to the store (the one writer of it), touch nothing else.
 
-    def __init__(self, store: DesiredStore, kind: str, metrics: PlannerMetrics | None = None) -> None:
+    The ``planner_desired_replicas`` gauge, which the HPA reads, is set by the loop's telemetry for every
+    actuator kind (planner/telemetry.py ``record_decision``), not here.
+    """
+
+    def __init__(self, store: DesiredStore, kind: str) -> None:
         self.store = store
         self.kind = kind
-        self.metrics = metrics
 
     def apply(self, targets: Mapping[str, int]) -> Applied:
         before = self.store.publish(targets)
-        if self.metrics is not None:
-            for pool, n in targets.items():
-                self.metrics.desired_replicas.labels(policy=self.store.policy, pool=pool).set(n)
         changed = any(before[p] != n for p, n in targets.items())
         return Applied(before=before, after=dict(targets), changed=changed, detail=f"published for {self.kind}")

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.actuators.desired import DesiredStore, PublishActuator
-from planner.actuators.dry_run import DryRunActuator
-from planner.telemetry import PlannerMetrics
+from planner.actuators.desired import DesiredStore
+from planner.actuators.registry import REGISTRY, ActuatorContext
 from planner.types import Actuator
 
 
-def make_actuator(policy, store: DesiredStore, metrics: PlannerMetrics | None = None,  # noqa: ANN001 - Policy
-                  *, dry_run: bool = False, api_client: Any = None) -> Actuator:
-    kind = "dry-run" if dry_run else policy.actuator.kind
-    if kind == "dry-run":
-        return DryRunActuator()
-    if kind in ("keda", "hpa"):
-        return PublishActuator(store, kind, metrics)
-    from planner.actuators.kubernetes import KubernetesScaleActuator
-
-    if api_client is None:
+def make_actuator(policy, store: DesiredStore, *, dry_run: bool = False,  # noqa: ANN001 - Policy
+                  api_client: Any = None) -> Actuator:
+    kind = REGISTRY["dry-run" if dry_run else policy.actuator.kind]
+    if kind.needs_api and api_client is None:
         api_client = load_api_client()
-    return KubernetesScaleActuator.from_policy(policy, api_client)
+    return kind.build(ActuatorContext(policy, store, api_client))
+
+
+def needs_api(policy, dry_run: bool) -> bool:  # noqa: ANN001 - Policy
+    """Whether running ``policy`` writes the Kubernetes API (so credentials must be found first)."""
+    return not dry_run and REGISTRY[policy.actuator.kind].needs_api
 
 
 def load_api_client() -> Any:

@@ -30,7 +30,7 @@ def _flat(value: float, horizon_s: float) -> Forecast:
 
 
 def plan(policy: Policy, profile: Profile, rate_rps: float, isl: float, osl: float) -> Decision:
-    from planner.decide import decide
+    from planner.decide import DeciderSpec, decide
 
     policy = _what_if_policy(policy)
     horizon = policy.startup_s + policy.interval_s
@@ -38,7 +38,7 @@ def plan(policy: Policy, profile: Profile, rate_rps: float, isl: float, osl: flo
     pool = PoolObservation(requests=rate_rps * window, rate_rps=rate_rps, isl_mean=isl, osl_mean=osl)
     obs = Observation(at_s=0.0, window_s=window, pools={n: pool for n in policy.pool_names()})
     forecast = LoadForecast(_flat(rate_rps, horizon), _flat(isl, horizon), _flat(osl, horizon))
-    decision, _ = decide(policy, profile, obs, forecast, None, 0.0)
+    decision, _ = decide(DeciderSpec.build(policy, profile), obs, forecast, None, 0.0)
     return decision
 
 
@@ -99,8 +99,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         ticks: Annotated[int, typer.Option(help="decide() calls per scenario")] = 5000,
     ) -> None:
         """decide() latency over a day of varying load (goal: p99 <= 1 ms)."""
-        from planner.decide import decide
-        from planner.decide.controller import sample_of
+        from planner.controller import sample_of
+        from planner.decide import DeciderSpec, decide
 
         if ticks < 10:
             raise UserError(f"--ticks: {ticks} must be >= 10")
@@ -119,6 +119,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             raw_us: list[float] = []
             state = None
             peak = 400.0 if p is not pol else 40.0
+            spec = DeciderSpec.build(p, prof)  # once, as the controller does
             for i in range(ticks):
                 now = i * p.interval_s
                 rate = peak * (0.55 + 0.45 * math.sin(2 * math.pi * now / 86400.0))
@@ -133,7 +134,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 best = math.inf
                 for k in range(3):
                     start = time.perf_counter()
-                    _, new_state = decide(p, prof, obs, f, state, now)
+                    _, new_state = decide(spec, obs, f, state, now)
                     elapsed = (time.perf_counter() - start) * 1e6
                     best = min(best, elapsed)
                     if k == 0:

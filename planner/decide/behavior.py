@@ -10,11 +10,12 @@ of each policy's period; then floors and ceilings. Time is an argument, never re
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from planner.config import Behavior, PoolSpec, ScalingRules
-from planner.decide.state import PoolMemory
-from planner.types import Reason
+from planner.config import Behavior, Policy, PoolSpec, ScalingRules
+from planner.decide.state import PlannerState, PoolMemory
+from planner.types import Observation, Pool, Reason
 
 OSCILLATION_AUDIT_S = 3600.0  # how long direction changes are remembered
 # A scale-down that would reverse a scale-up, when the pool already reversed within the audit hour, must be
@@ -74,9 +75,29 @@ def _down_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, in
     return min(limits) if rules.select_policy == "max" else max(limits)
 
 
+def _rate_limited(out: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior,
+                  reasons: list[Reason]) -> int:
+    """The scale-up/scale-down policies' cap on the change this tick (appends the reason when it binds)."""
+    if out > current:
+        limit = _up_limit(rules.scale_up, current, memory.events, now_s)
+        if out > limit:
+            reasons.append(Reason.SCALE_UP_LIMIT)
+            return max(current, limit)
+    elif out < current:
+        limit = _down_limit(rules.scale_down, current, memory.events, now_s)
+        if out < limit:
+            reasons.append(Reason.SCALE_DOWN_LIMIT)
+            return min(current, limit)
+    return out
+
+
 def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior, spec: PoolSpec,
-           allow_down: bool = True) -> Behaved:
-    """The replicas to ask for this tick, the reason for every clamp, and the memory to carry forward."""
+           allow_down: bool = True, flap_guard: bool = True) -> Behaved:
+    """The replicas to ask for this tick, the reason for every clamp, and the memory to carry forward.
+
+    ``flap_guard`` adds the planner's one rule beyond HPA's (a scale-down that reverses a recent reversal must
+    be a real change); the reactive baseline, which is HPA, runs without it.
+    """
     reasons: list[Reason] = []
     rec = desired
     if current > 0 and rec != current and abs(rec / current - 1.0) <= rules.tolerance:
@@ -99,19 +120,9 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
     if rec < current and stabilised > rec:
         reasons.append(Reason.SCALE_DOWN_STABILIZED)
 
-    out = stabilised
-    if out > current:
-        limit = _up_limit(rules.scale_up, current, memory.events, now_s)
-        if out > limit:
-            out = max(current, limit)
-            reasons.append(Reason.SCALE_UP_LIMIT)
-    elif out < current:
-        limit = _down_limit(rules.scale_down, current, memory.events, now_s)
-        if out < limit:
-            out = min(current, limit)
-            reasons.append(Reason.SCALE_DOWN_LIMIT)
+    out = _rate_limited(stabilised, current, memory, now_s, rules, reasons)
 
-    if out < current and memory.last_direction > 0:
+    if flap_guard and out < current and memory.last_direction > 0:
         # Judged on where the pool is heading (the stabilised recommendation), not on this tick's
         # rate-limited step: a large pool shrinking 10 % a minute is a real change, not a flap.
         recent = [t for t in memory.direction_changes if t > now_s - OSCILLATION_AUDIT_S]
@@ -146,3 +157,46 @@ def commit(memory: PoolMemory, current: int, final: int, now_s: float, rules: Be
             changes = (*changes, now_s)
         direction = step
     return replace(memory, target=final, events=events, direction_changes=changes, last_direction=direction)
+
+
+# ----------------------------------------------------------------------------------- stage 4 of decide()
+@dataclass(frozen=True)
+class Recommended:
+    """One pool after the behaviour rules: where it is, what it may go to, why, and the memory to carry."""
+
+    current: int
+    replicas: int
+    memory: PoolMemory
+    reasons: tuple[Reason, ...]
+
+
+def current_replicas(spec: PoolSpec, memory: PoolMemory, ready: int | None) -> int:
+    """The replicas the pool is at: our last target, unless someone scaled it up behind our back.
+
+    Ready replicas below our target are replicas still starting, so they do not lower ``current``; ready
+    replicas above it can only come from an external change, which we adopt so that any way back down goes
+    through the scale-down behaviour instead of a sudden drop.
+    """
+    if memory.target is None:
+        return int(ready) if ready is not None else spec.min_replicas
+    if ready is not None and ready > memory.target:
+        return int(ready)
+    return memory.target
+
+
+def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tuple[Reason, ...]],
+              allow_down: Mapping[Pool, bool], state: PlannerState, obs: Observation, now_s: float,
+              ) -> dict[Pool, Recommended]:
+    """HPA's rules per pool: tolerance, stabilisation windows, rate limits, floors and ceilings.
+
+    ``why`` carries the reasons of the stages before (demand, calibration, sizing); a pool that may not
+    scale down (missing from the observation, or sized from a fallback forecast) keeps at least its size.
+    """
+    out = {}
+    for pool in policy.pool_names():
+        memory = state.pool(pool)
+        ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
+        current = current_replicas(policy.pool(pool), memory, ready)
+        b = behave(desired[pool], current, memory, now_s, policy.behavior, policy.pool(pool), allow_down[pool])
+        out[pool] = Recommended(current, b.replicas, b.memory, (*why[pool], *b.reasons))
+    return out

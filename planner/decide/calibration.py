@@ -11,9 +11,14 @@ sqrt(1.3) = 1.14 (each sample carries half the weight), the next one to 1.22, an
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from planner.config import Calibration
-from planner.decide.state import Calibrated
+from planner.decide.capacity import Load, aggregated_latency_ms, prefill_ttft_ms
+from planner.decide.demand import ISL_SOURCES, OSL_SOURCES, finite, mean_length
+from planner.decide.spec import DeciderSpec
+from planner.decide.state import Calibrated, PlannerState
+from planner.types import Mode, Observation, Pool, Reason
 
 SAMPLE_WEIGHT = 0.5  # weight of a new observation against the decayed history (in log space)
 MIN_REQUESTS = 20  # a window with fewer requests gives too noisy a percentile to learn from
@@ -39,3 +44,76 @@ def update(cal: Calibrated, observed_ms: float | None, predicted_ms: float, now_
     prior = current(cal, now_s, cfg)
     blended = math.exp((1 - SAMPLE_WEIGHT) * math.log(prior) + SAMPLE_WEIGHT * math.log(ratio))
     return Calibrated(min(hi, max(lo, blended)), now_s, cal.samples + 1)
+
+
+# ----------------------------------------------------------------------------------- stage 2 of decide()
+@dataclass(frozen=True)
+class Factors:
+    """The calibration factors in force this tick (1.0: trust the profile)."""
+
+    ttft: float = 1.0
+    itl: float = 1.0
+
+    def reasons_for(self, pool: Pool) -> tuple[Reason, ...]:
+        """calibrated_up/down for the factors that size ``pool``."""
+        applied = {Pool.PREFILL: (self.ttft,), Pool.DECODE: (self.itl,)}.get(pool, (self.ttft, self.itl))
+        return tuple(r for f in applied for r in _direction(f))
+
+
+def _direction(factor: float) -> tuple[Reason, ...]:
+    if factor > 1.0 + 1e-3:
+        return (Reason.CALIBRATED_UP,)
+    if factor < 1.0 - 1e-3:
+        return (Reason.CALIBRATED_DOWN,)
+    return ()
+
+
+def calibrate(spec: DeciderSpec, obs: Observation, state: PlannerState, now_s: float) -> tuple[Factors, PlannerState]:
+    """Learn from the window just observed (its TTFT/ITL at its own load and size vs the model's prediction),
+    then return the factors in force now and the state that remembers them."""
+    cfg = spec.policy.calibration
+    if cfg.enabled:
+        learned = dict(state.calibration)
+        isl = mean_length(obs, "isl_mean", ISL_SOURCES)
+        osl = mean_length(obs, "osl_mean", OSL_SOURCES)
+        ttft = _learn_ttft(spec, obs, isl, osl, state, now_s)
+        itl = _learn_itl(spec, obs, isl, osl, state, now_s)
+        learned.update({k: v for k, v in (("ttft", ttft), ("itl", itl)) if v is not None})
+        state = replace(state, calibration=learned)
+    return Factors(current(state.factor("ttft"), now_s, cfg), current(state.factor("itl"), now_s, cfg)), state
+
+
+def _learn_ttft(spec: DeciderSpec, obs: Observation, isl: float | None, osl: float | None, state: PlannerState,
+                now_s: float) -> Calibrated | None:
+    po = obs.pools.get(spec.mode.ttft_pool)
+    if po is None or isl is None or po.requests < MIN_REQUESTS or (po.ready_replicas or 0) <= 0:
+        return None
+    ready = int(po.ready_replicas or 0)
+    if po.queue > 0.5 * ready:  # a backlog left by an earlier overload is not a model error: learn when steady
+        return None
+    load = Load(po.rate_rps, isl, osl or 1.0)
+    if spec.mode is Mode.AGGREGATED:
+        predicted = aggregated_latency_ms(spec.model, load, ready)[0]
+    else:
+        predicted = prefill_ttft_ms(spec.model, load, ready)
+    return update(state.factor("ttft"), finite(po.ttft_ms_p95), predicted, now_s, spec.policy.calibration)
+
+
+def _learn_itl(spec: DeciderSpec, obs: Observation, isl: float | None, osl: float | None, state: PlannerState,
+               now_s: float) -> Calibrated | None:
+    do = obs.pools.get(spec.mode.itl_pool)
+    if do is None or (do.ready_replicas or 0) <= 0 or do.running <= 0 or isl is None or osl is None:
+        return None
+    ready = int(do.ready_replicas or 0)
+    batch = max(1.0, do.running / ready)
+    # The ITL percentile covers the whole window while ``running`` is a gauge read at its end: learn only when
+    # the gauge agrees (within 30 %) with the window's mean batch by Little (rate x OSL x ITL).
+    little = do.rate_rps * osl * (finite(do.itl_ms_mean) or 0.0) / 1e3 / ready
+    steady = little > 0 and abs(batch - little) <= 0.3 * max(batch, little)
+    if not steady or not (do.requests >= MIN_REQUESTS or do.running >= MIN_REQUESTS):
+        return None
+    if spec.mode is Mode.AGGREGATED:
+        predicted = aggregated_latency_ms(spec.model, Load(do.rate_rps, isl, osl), ready)[1]
+    else:
+        predicted = spec.model.engine.decode.itl_ms(batch, isl + osl / 2.0).value
+    return update(state.factor("itl"), finite(do.itl_ms_p95), predicted, now_s, spec.policy.calibration)

@@ -8,14 +8,12 @@ the replica's batch and the batch's mean context.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from statistics import NormalDist
+from dataclasses import dataclass
 
-from planner.config import Policy
 from planner.decide.queueing import Wait, smallest_pool, wait_at, wait_quantiles_s
+from planner.decide.sizing_model import SizingModel
 from planner.perf.engine import EngineModel
-from planner.perf.kv import gbps_to_bytes_per_s, transfer_s
-from planner.profile import Profile
+from planner.perf.kv import transfer_s
 from planner.types import Reason
 
 # Request ISLs are modelled as exponentially distributed around the forecast mean: it is the maximum-entropy
@@ -24,7 +22,6 @@ from planner.types import Reason
 ISL_CV = 1.0
 # Sizing for a hotter pool than this when the SLA cannot be met at all only builds unbounded queues.
 INFEASIBLE_UTILISATION = 0.8
-CTX_QUANTUM = 16  # tokens; decode contexts are rounded up to this for the memo tables
 
 
 @dataclass(frozen=True)
@@ -43,130 +40,70 @@ class Sizing:
     predicted_other_ms: float | None = None  # aggregated: ITL next to the TTFT in predicted_ms
 
 
-@dataclass(frozen=True)
-class Models:
-    """The engine models of each stage at the profile's selected TP and the policy's link and SLA."""
-
-    prefill: EngineModel
-    decode: EngineModel
-    prefill_gpus: int
-    decode_gpus: int
-    aggregated: EngineModel
-    aggregated_gpus: int
-    kv_bytes_per_token: float
-    link_bytes_per_s: float
-    ttft_target_ms: float
-    itl_target_ms: float
-    percentile: float  # 0..1
-    z: float  # standard normal quantile at the percentile
-    # Memo tables of the pure curve look-ups (decide() runs every tick and must stay well under 1 ms).
-    _memo: dict[tuple[int, int, int], float] = field(default_factory=dict, compare=False, repr=False)
-
-    def itl_ms(self, engine: EngineModel, batch: float, ctx: float) -> float:
-        """ITL at a (possibly fractional) batch; the context is rounded *up* to 16 tokens (never optimistic)."""
-        ctx_q = int(math.ceil(ctx / CTX_QUANTUM))
-        lo = max(1, int(batch))
-        a = self._itl_int(engine, lo, ctx_q)
-        if batch <= lo:
-            return a
-        b = self._itl_int(engine, lo + 1, ctx_q)
-        return a + (b - a) * (batch - lo)
-
-    def _itl_int(self, engine: EngineModel, batch: int, ctx_q: int) -> float:
-        key = (id(engine), batch, ctx_q)
-        v = self._memo.get(key)
-        if v is None:
-            if len(self._memo) > 200_000:
-                self._memo.clear()
-            v = self._memo[key] = engine.decode.itl_ms(batch, ctx_q * CTX_QUANTUM).value
-        return v
-
-    def prefill_s(self, engine: EngineModel, isl: float) -> float:
-        key = (id(engine), -1, int(math.ceil(isl)))
-        v = self._memo.get(key)
-        if v is None:
-            v = self._memo[key] = engine.prefill_s(math.ceil(isl))
-        return v
-
-    @classmethod
-    def build(cls, policy: Policy, profile: Profile) -> Models:
-        ptp, dtp = profile.selected_tp("prefill"), profile.selected_tp("decode")
-        pcurve, dcurve = profile.prefill_curve(ptp), profile.decode_curve(dtp)
-        # An aggregated replica runs both stages at the decode TP (decode sets the memory footprint).
-        agg_prefill = pcurve
-        if any(s.tp == dtp for s in profile.prefill):
-            agg_prefill = profile.prefill_curve(dtp)
-        p = policy.sla.percentile / 100.0
-        return cls(EngineModel(pcurve, dcurve), EngineModel(pcurve, dcurve), pcurve.gpus, dcurve.gpus,
-                   EngineModel(agg_prefill, dcurve), dcurve.gpus, float(profile.model.kv_bytes_per_token),
-                   gbps_to_bytes_per_s(policy.kv_link.gbps), policy.sla.ttft_ms, policy.sla.itl_ms, p,
-                   NormalDist().inv_cdf(p))
-
-
 # --------------------------------------------------------------------------------------------- prefill
-def _isl_at(models: Models, isl_mean: float) -> float:
+def _isl_at(model: SizingModel, isl_mean: float) -> float:
     """ISL at the SLA percentile for exponentially distributed prompts: mean * -ln(1 - p)."""
-    return isl_mean * -math.log(1.0 - models.percentile)
+    return isl_mean * -math.log(1.0 - model.percentile)
 
 
-def _service(models: Models, engine: EngineModel, isl_mean: float) -> tuple[float, float]:
+def _service(model: SizingModel, engine: EngineModel, isl_mean: float) -> tuple[float, float]:
     """Mean prefill service time and its squared coefficient of variation for exponential ISLs.
 
     The service time is affine in ISL (s = s0 + k * isl), so its variance is k^2 var(ISL) and its cv shrinks
     with the fixed part s0: a 150 ms prompt whose fixed part is 20 ms has cs^2 = (130/150)^2 = 0.75.
     """
-    s = models.prefill_s(engine, max(1.0, isl_mean))
-    s0 = models.prefill_s(engine, 1.0)
+    s = model.prefill_s(engine, max(1.0, isl_mean))
+    s0 = model.prefill_s(engine, 1.0)
     variable = max(0.0, s - s0)
     return s, (variable / s) ** 2 * ISL_CV**2 if s > 0 else 0.0
 
 
-def _ttft_fixed_s(models: Models, engine: EngineModel, isl_mean: float, with_transfer: bool) -> float:
+def _ttft_fixed_s(model: SizingModel, engine: EngineModel, isl_mean: float, with_transfer: bool) -> float:
     """TTFT at the percentile without queueing: the prompt's compute, its KV transfer, the first decode step."""
-    isl_p = _isl_at(models, isl_mean)
-    t = models.prefill_s(engine, isl_p) + models.itl_target_ms / 1e3
+    isl_p = _isl_at(model, isl_mean)
+    t = model.prefill_s(engine, isl_p) + model.itl_target_ms / 1e3
     if with_transfer:
-        t += transfer_s(isl_p, models.kv_bytes_per_token, models.link_bytes_per_s)
+        t += transfer_s(isl_p, model.kv_bytes_per_token, model.link_bytes_per_s)
     return t
 
 
-def prefill_ttft_ms(models: Models, load: Load, replicas: int, factor: float = 1.0) -> float:
+def prefill_ttft_ms(model: SizingModel, load: Load, replicas: int, factor: float = 1.0) -> float:
     """Predicted TTFT at the SLA percentile for a prefill pool of ``replicas`` (inf when overloaded)."""
     if load.rate_rps <= 0:
-        return factor * 1e3 * _ttft_fixed_s(models, models.prefill, max(1.0, load.isl_tokens), True)
-    s, scv = _service(models, models.prefill, load.isl_tokens)
-    w = wait_at(replicas, load.rate_rps, s, scv, models.percentile)
-    return factor * 1e3 * (w.quantile_s + _ttft_fixed_s(models, models.prefill, load.isl_tokens, True))
+        return factor * 1e3 * _ttft_fixed_s(model, model.engine, max(1.0, load.isl_tokens), True)
+    s, scv = _service(model, model.engine, load.isl_tokens)
+    w = wait_at(replicas, load.rate_rps, s, scv, model.percentile)
+    return factor * 1e3 * (w.quantile_s + _ttft_fixed_s(model, model.engine, load.isl_tokens, True))
 
 
-def prefill_ttft_table_ms(models: Models, load: Load, max_replicas: int, factor: float = 1.0) -> list[float]:
+def prefill_ttft_table_ms(model: SizingModel, load: Load, max_replicas: int, factor: float = 1.0) -> list[float]:
     """Predicted TTFT for every prefill pool size 0..max_replicas (one pass; for the budget split)."""
     if load.rate_rps <= 0:
-        return [prefill_ttft_ms(models, load, 0, factor)] * (max_replicas + 1)
-    s, scv = _service(models, models.prefill, load.isl_tokens)
-    fixed_s = _ttft_fixed_s(models, models.prefill, load.isl_tokens, True)
+        return [prefill_ttft_ms(model, load, 0, factor)] * (max_replicas + 1)
+    s, scv = _service(model, model.engine, load.isl_tokens)
+    fixed_s = _ttft_fixed_s(model, model.engine, load.isl_tokens, True)
     return [factor * 1e3 * (w + fixed_s) for w in wait_quantiles_s(max_replicas, load.rate_rps, s, scv,
-                                                                    models.percentile)]
+                                                                    model.percentile)]
 
 
-def size_prefill(models: Models, load: Load, factor: float = 1.0, ceiling: int = 100_000) -> Sizing:
+def size_prefill(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000) -> Sizing:
     """Smallest prefill pool whose TTFT percentile (queueing + compute + KV transfer + first step) meets the SLA."""
     if load.rate_rps <= 0:
-        return Sizing(0.0, 0, prefill_ttft_ms(models, load, 0, factor))
-    s, scv = _service(models, models.prefill, load.isl_tokens)
-    fixed_s = _ttft_fixed_s(models, models.prefill, load.isl_tokens, True)
-    budget_s = models.ttft_target_ms / 1e3 / factor - fixed_s
+        return Sizing(0.0, 0, prefill_ttft_ms(model, load, 0, factor))
+    s, scv = _service(model, model.engine, load.isl_tokens)
+    fixed_s = _ttft_fixed_s(model, model.engine, load.isl_tokens, True)
+    budget_s = model.ttft_target_ms / 1e3 / factor - fixed_s
     reasons: list[Reason] = []
     w: Wait | None = None
     if budget_s > 0:
-        w = smallest_pool(load.rate_rps, s, scv, models.percentile, lambda x: x.quantile_s <= budget_s,
+        w = smallest_pool(load.rate_rps, s, scv, model.percentile, lambda x: x.quantile_s <= budget_s,
                           ceiling=ceiling)
     if w is None:
         # The prompt alone misses the target, so no pool meets it; add no queueing on top. This is the limit of
         # the feasible rule as the budget shrinks to 0, so longer prompts never get fewer replicas than
         # slightly shorter, still-feasible ones (a plain utilisation cap gave 1 replica where 2 met the SLA).
         reasons.append(Reason.SLA_INFEASIBLE)
-        w = smallest_pool(load.rate_rps, s, scv, models.percentile,
+        w = smallest_pool(load.rate_rps, s, scv, model.percentile,
                           lambda x: x.quantile_s <= 0.0 and x.utilisation <= INFEASIBLE_UTILISATION,
                           ceiling=ceiling)
     if w is None:  # even the ceiling cannot keep up: ask for what throughput needs, the ceiling will clamp
@@ -186,28 +123,28 @@ def _kv_context(load: Load) -> float:
     return max(1.0, load.isl_tokens + load.osl_tokens)
 
 
-def _largest_batch(models: Models, engine: EngineModel, itl_ms: float, ctx: float) -> int:
+def _largest_batch(model: SizingModel, engine: EngineModel, itl_ms: float, ctx: float) -> int:
     lo, hi = 0, engine.decode.max_batch
     while lo < hi:  # ITL is monotone in batch
         mid = (lo + hi + 1) // 2
-        if models.itl_ms(engine, mid, ctx) <= itl_ms:
+        if model.itl_ms(engine, mid, ctx) <= itl_ms:
             lo = mid
         else:
             hi = mid - 1
     return lo
 
 
-def in_flight(models: Models, load: Load, itl_ms: float) -> tuple[float, float]:
+def in_flight(model: SizingModel, load: Load, itl_ms: float) -> tuple[float, float]:
     """Sequences decoding at once (Little: rate x OSL x ITL) and that count at the SLA percentile.
 
     The number of requests in an M/G/inf system is Poisson whatever the service distribution, so the
     percentile adds z * sqrt(N): 1,000 sequences in flight at p95 need 1,052 slots.
     """
     n = load.rate_rps * load.osl_tokens * itl_ms / 1e3
-    return n, n + models.z * math.sqrt(n)
+    return n, n + model.z * math.sqrt(n)
 
 
-def decode_batch(models: Models, load: Load, replicas: int, start_itl_ms: float, factor: float = 1.0,
+def decode_batch(model: SizingModel, load: Load, replicas: int, start_itl_ms: float, factor: float = 1.0,
                  engine: EngineModel | None = None) -> tuple[float, float]:
     """(batch per replica at the percentile, its ITL) for a pool of ``replicas``.
 
@@ -216,47 +153,47 @@ def decode_batch(models: Models, load: Load, replicas: int, start_itl_ms: float,
     every step is monotone in load and pool size: more load never predicts a smaller batch. ITLs here are
     the profile's (raw); sequences live ``OSL x factor x raw ITL`` (the calibrated ITL) for Little's law.
     """
-    engine = engine or models.decode
+    engine = engine or model.engine
     ctx = _context(load)
     itl = start_itl_ms
     batch = 1.0
     for _ in range(3):
-        _, n_p = in_flight(models, load, factor * itl)
+        _, n_p = in_flight(model, load, factor * itl)
         batch = max(1.0, n_p / replicas)
-        itl = models.itl_ms(engine, batch, ctx)
+        itl = model.itl_ms(engine, batch, ctx)
     return batch, itl
 
 
-def decode_itl_ms(models: Models, load: Load, replicas: int, factor: float = 1.0) -> float:
+def decode_itl_ms(model: SizingModel, load: Load, replicas: int, factor: float = 1.0) -> float:
     """Predicted ITL at the SLA percentile (the batch at the percentile's concurrency) for ``replicas``."""
     if load.rate_rps <= 0:
-        return factor * models.itl_ms(models.decode, 1, _context(load))
+        return factor * model.itl_ms(model.engine, 1, _context(load))
     if replicas <= 0:
         return math.inf
-    batch, itl = decode_batch(models, load, replicas, max(models.itl_target_ms / factor, 1e-3), factor)
-    curve = models.decode.decode
+    batch, itl = decode_batch(model, load, replicas, max(model.itl_target_ms / factor, 1e-3), factor)
+    curve = model.engine.decode
     if batch > min(curve.max_batch, curve.kv_batch_limit(_kv_context(load))):
         return math.inf
     return factor * itl
 
 
-def size_decode(models: Models, load: Load, factor: float = 1.0, ceiling: int = 100_000) -> Sizing:
+def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000) -> Sizing:
     """Smallest decode pool whose batch at the percentile's concurrency meets the ITL target and fits the KV.
 
     The batch limit per replica is the largest batch whose ITL at the forecast context meets the target
     (after calibration) and whose KV (ISL + OSL per sequence) fits; concurrency is Little's rate x OSL x ITL.
     """
     if load.rate_rps <= 0:
-        return Sizing(0.0, 0, decode_itl_ms(models, load, 0, factor))
-    curve, ctx = models.decode.decode, _context(load)
+        return Sizing(0.0, 0, decode_itl_ms(model, load, 0, factor))
+    curve, ctx = model.engine.decode, _context(load)
     reasons: list[Reason] = []
-    budget_ms = models.itl_target_ms / factor
-    b_itl = _largest_batch(models, models.decode, budget_ms, ctx)
+    budget_ms = model.itl_target_ms / factor
+    b_itl = _largest_batch(model, model.engine, budget_ms, ctx)
     b_kv = curve.kv_batch_limit(_kv_context(load))
     if b_itl == 0:
         reasons.append(Reason.SLA_INFEASIBLE)
         b_itl = 1  # the lowest ITL the profile offers
-        budget_ms = models.itl_ms(models.decode, 1, ctx)
+        budget_ms = model.itl_ms(model.engine, 1, ctx)
     if b_kv < b_itl:
         reasons.append(Reason.KV_BOUND)
     limit = max(1, min(b_itl, b_kv))
@@ -264,9 +201,9 @@ def size_decode(models: Models, load: Load, factor: float = 1.0, ceiling: int = 
         reasons.append(Reason.EXTRAPOLATED)
 
     def fits(c: int) -> bool:
-        return decode_batch(models, load, c, budget_ms, factor)[0] <= limit
+        return decode_batch(model, load, c, budget_ms, factor)[0] <= limit
 
-    _, n_p = in_flight(models, load, factor * budget_ms)
+    _, n_p = in_flight(model, load, factor * budget_ms)
     hi = max(1, math.ceil(n_p / limit))  # at this size the first step already fits, and later ones shrink
     lo = 1
     while lo < hi:
@@ -276,11 +213,11 @@ def size_decode(models: Models, load: Load, factor: float = 1.0, ceiling: int = 
         else:
             lo = mid + 1
     replicas = min(hi, ceiling)
-    return Sizing(float(replicas), replicas, decode_itl_ms(models, load, replicas, factor), (*reasons,))
+    return Sizing(float(replicas), replicas, decode_itl_ms(model, load, replicas, factor), (*reasons,))
 
 
 # ------------------------------------------------------------------------------------------ aggregated
-def aggregated_latency_ms(models: Models, load: Load, replicas: int, ttft_factor: float = 1.0,
+def aggregated_latency_ms(model: SizingModel, load: Load, replicas: int, ttft_factor: float = 1.0,
                           itl_factor: float = 1.0) -> tuple[float, float]:
     """(TTFT, ITL) at the percentile for an aggregated pool: prefill chunks ride on decode steps.
 
@@ -288,37 +225,37 @@ def aggregated_latency_ms(models: Models, load: Load, replicas: int, ttft_factor
     1/(1-u), and a prompt waits for a free slot of the replica's prefill capacity (M/G/c with the prefill
     service time).
     """
-    engine = models.aggregated
+    engine = model.aggregated
     if replicas <= 0:
         return math.inf, math.inf
-    s, scv = _service(models, engine, max(1.0, load.isl_tokens))
+    s, scv = _service(model, engine, max(1.0, load.isl_tokens))
     u = load.rate_rps * s / replicas
     if u >= 1.0:
         return math.inf, math.inf
-    batch, itl = decode_batch(models, load, replicas, max(models.itl_target_ms / itl_factor, 1e-3), itl_factor,
+    batch, itl = decode_batch(model, load, replicas, max(model.itl_target_ms / itl_factor, 1e-3), itl_factor,
                              engine)
     if batch > min(engine.decode.max_batch, engine.decode.kv_batch_limit(_kv_context(load))):
         return math.inf, math.inf
     itl = itl / (1.0 - u)
-    w = wait_at(replicas, load.rate_rps, s, scv, models.percentile)
-    ttft = 1e3 * (w.quantile_s + _ttft_fixed_s(models, engine, load.isl_tokens, False))
+    w = wait_at(replicas, load.rate_rps, s, scv, model.percentile)
+    ttft = 1e3 * (w.quantile_s + _ttft_fixed_s(model, engine, load.isl_tokens, False))
     return ttft_factor * ttft, itl_factor * itl
 
 
-def size_aggregated(models: Models, load: Load, ttft_factor: float = 1.0, itl_factor: float = 1.0,
+def size_aggregated(model: SizingModel, load: Load, ttft_factor: float = 1.0, itl_factor: float = 1.0,
                     ceiling: int = 100_000) -> Sizing:
     if load.rate_rps <= 0:
-        t, i = aggregated_latency_ms(models, load, 1, ttft_factor, itl_factor)
+        t, i = aggregated_latency_ms(model, load, 1, ttft_factor, itl_factor)
         return Sizing(0.0, 0, t, (), i)
-    engine, ctx = models.aggregated, _context(load)
-    b = max(1, min(_largest_batch(models, engine, models.itl_target_ms / itl_factor, ctx),
+    engine, ctx = model.aggregated, _context(load)
+    b = max(1, min(_largest_batch(model, engine, model.itl_target_ms / itl_factor, ctx),
                    engine.decode.kv_batch_limit(_kv_context(load))))
-    s, _ = _service(models, engine, load.isl_tokens)
-    _, n_p = in_flight(models, load, itl_factor * models.itl_ms(engine, 1, ctx))
+    s, _ = _service(model, engine, load.isl_tokens)
+    _, n_p = in_flight(model, load, itl_factor * model.itl_ms(engine, 1, ctx))
     start = max(1, math.ceil(n_p / b), math.ceil(load.rate_rps * s))
     for c in range(start, ceiling + 1):
-        t, i = aggregated_latency_ms(models, load, c, ttft_factor, itl_factor)
-        if t <= models.ttft_target_ms and i <= models.itl_target_ms:
+        t, i = aggregated_latency_ms(model, load, c, ttft_factor, itl_factor)
+        if t <= model.ttft_target_ms and i <= model.itl_target_ms:
             return Sizing(float(c), c, t, (), i)
     need = max(float(start), load.rate_rps * s / INFEASIBLE_UTILISATION)
     return Sizing(need, math.ceil(need), math.inf, (Reason.SLA_INFEASIBLE,), math.inf)

@@ -122,7 +122,6 @@ class ControlLoop:
         record_decision(self.metrics, self.name, decision, getattr(self.controller, "last_forecast", None),
                         observation)
         targets = decision.targets()
-        self.store.publish(targets)
         try:
             applied = self.actuator.apply(targets)
         except Exception as exc:  # noqa: BLE001 - ActuationError and anything else: count, log, retry next tick

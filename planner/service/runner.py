@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.actuators.desired import DesiredStore
-from planner.actuators.factory import load_api_client, make_actuator
+from planner.actuators.factory import load_api_client, make_actuator, needs_api
 from planner.actuators.keda_http import desired_router
 from planner.actuators.targets import targets_from_policy
 from planner.clock import Clock, SystemClock
@@ -46,7 +46,7 @@ class RunOptions:
 def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = None,
                metrics: PlannerMetrics | None = None) -> ControlLoop:
     from planner.config import load_policy
-    from planner.decide.controller import make_planner_controller
+    from planner.controller import make_planner_controller
     from planner.profile import load_profile
     from planner.sources.prometheus import PrometheusSource
 
@@ -59,10 +59,9 @@ def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = N
     store = DesiredStore(policy.name, policy.pool_names())
     if policy.actuator.kind == "kubernetes":
         targets_from_policy(policy)  # bad targets are a config error, reported before any credentials matter
-    needs_api = (policy.actuator.kind == "kubernetes" and not opts.dry_run) or opts.leader_elect
-    if needs_api and api_client is None:
+    if (needs_api(policy, opts.dry_run) or opts.leader_elect) and api_client is None:
         api_client = load_api_client()
-    actuator = make_actuator(policy, store, metrics, dry_run=opts.dry_run, api_client=api_client)
+    actuator = make_actuator(policy, store, dry_run=opts.dry_run, api_client=api_client)
     overrides = {"url": opts.metrics_url} if opts.metrics_url else {}
     source = PrometheusSource.from_policy(policy, **overrides)
     elector = None

@@ -22,17 +22,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.config import Policy
+from planner.controller import make_planner_controller
 from planner.errors import UserError
 from planner.perf.kv import gbps_to_bytes_per_s
 from planner.profile import Profile
-from planner.sim.baselines import DynamoSLAController, ReactiveController, StandInPlanner, StaticController
+from planner.sim.baselines.registry import REGISTRY, BaselineContext
 from planner.sim.cluster import SimConfig
-from planner.sim.oracle import OracleController, OracleSchedule, compute_oracle
+from planner.sim.oracle import OracleSchedule, compute_oracle
 from planner.sim.replay import Replay, replay
 from planner.sim.traces import RequestTrace
 from planner.types import Controller
 
-BASELINES = ("static", "reactive", "dynamo-sla", "oracle", "clairvoyant")
+BASELINES = tuple(REGISTRY)
 MET_ITL = "request mean ITL ((last token - first token) / (OSL - 1)) <= sla.itl_ms"
 
 
@@ -58,40 +59,14 @@ def check_trace(trace: RequestTrace, profile: Profile, config: SimConfig) -> Non
                         f"(max context {limit}, KV capacity {kv_cap}); {len(bad)} such requests")
 
 
-def planner_controller(policy: Policy, profile: Profile, initial: dict[str, int],
-                       forecaster: str | None) -> tuple[Controller, bool]:
-    """The policy under test: the decision core when present, else the documented stand-in."""
-    try:
-        from planner.decide.controller import make_planner_controller  # type: ignore[import-not-found]
-    except ImportError:
-        return StandInPlanner(policy, profile, initial), True
-    ctl = make_planner_controller(policy, profile, forecaster)
-    _seed_current(ctl, initial)
-    return ctl, False
-
-
-def _seed_current(ctl: object, initial: dict[str, int]) -> None:
-    """Tell the planner what is running, as the live loop does from the actuator before its first tick.
-
-    Without it a NoData hold in the first window would "hold" the floors and tear the warm cluster down.
-    """
-    try:
-        from planner.decide.state import PlannerState, PoolMemory
-    except ImportError:
-        return
-    state = getattr(ctl, "state", None)
-    if isinstance(state, PlannerState) and not state.pools:
-        ctl.state = PlannerState(pools={p: PoolMemory(target=n) for p, n in initial.items()})  # type: ignore[attr-defined]
-
-
 def fluid_initial(trace: RequestTrace, profile: Profile, policy: Policy, horizon_s: float) -> dict[str, int]:
     head = trace.window(0.0, max(horizon_s, 60.0))
     if len(head) == 0:
         return {p: policy.pool(p).min_replicas for p in policy.pool_names()}
     span = max(horizon_s, 60.0)
-    ctl = StandInPlanner(policy, profile, {p: 1 for p in policy.pool_names()})
     rate = len(head) / span
-    pc, dc = ctl.pc, ctl.dc
+    pc = profile.prefill_curve(profile.selected_tp("prefill"))
+    dc = profile.decode_curve(profile.selected_tp("decode"))
     isl, osl = float(head.isl.mean()), float(head.osl.mean())
     batch = max(1, dc.max_batch_meeting(policy.sla.itl_ms, isl + osl / 2))
     p = rate * isl / (pc.tokens_per_s_per_gpu(isl) * pc.gpus) / 0.7
@@ -188,71 +163,30 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     config = SimConfig(mode=policy.mode, link_bytes_per_s=gbps_to_bytes_per_s(policy.kv_link.gbps), startup_s=startup,
                        kill=kill)
     check_trace(trace, profile, config)
-    duration = trace.duration_s
-    if not math.isfinite(warmup_s) or not 0 <= warmup_s < duration:
-        raise UserError(f"--warmup-s: {warmup_s!r} must be >= 0 and shorter than the trace ({duration:.0f} s)")
+    if not math.isfinite(warmup_s) or not 0 <= warmup_s < trace.duration_s:
+        raise UserError(f"--warmup-s: {warmup_s!r} must be >= 0 and shorter than the trace ({trace.duration_s:.0f} s)")
     timings: dict[str, float] = {}
     schedule: OracleSchedule | None = None
-    if "oracle" in baselines or "static" in baselines:
+    if any(REGISTRY[b].needs_schedule for b in baselines):
         t0 = time.perf_counter()
         o_int = float(oracle_interval_s or max(60.0, policy.interval_s))
         schedule = compute_oracle(trace, profile, policy, config, interval_s=o_int, workers=workers,
                                   progress=(lambda d, n: progress("oracle search", d, n)) if progress else None)
         timings["oracle_search"] = round(time.perf_counter() - t0, 2)
     if schedule is not None:
-        floors = {p: policy.pool(p).min_replicas for p in policy.pool_names()}
+        floors: dict[str, int] = {p: policy.pool(p).min_replicas for p in policy.pool_names()}
         initial = schedule.need_over(0.0, startup + policy.interval_s, floors)
     else:
         initial = fluid_initial(trace, profile, policy, startup + policy.interval_s)
-    ctl, stand_in = planner_controller(policy, profile, initial, forecaster)
-    controllers: list[tuple[Controller, float]] = [(ctl, policy.metrics.window_s)]
-    for b in baselines:
-        if b == "static":
-            assert schedule is not None
-            controllers.append((StaticController(policy, profile, schedule.peak(warmup_s)), policy.metrics.window_s))
-        elif b == "reactive":
-            controllers.append((ReactiveController(policy, profile, initial), policy.metrics.window_s))
-        elif b == "dynamo-sla":
-            dyn = DynamoSLAController(policy, profile, initial, predictor=dynamo_predictor)
-            controllers.append((dyn, dyn.interval_s))
-        elif b == "clairvoyant":
-            from planner.sim.clairvoyant import ClairvoyantPlanner
-
-            cv = ClairvoyantPlanner(policy, profile, trace, policy.metrics.window_s)
-            _seed_current(cv, initial)
-            controllers.append((cv, policy.metrics.window_s))
-        elif b == "oracle":
-            assert schedule is not None
-            controllers.append((OracleController(policy, profile, schedule, startup), policy.metrics.window_s))
-    policies: dict[str, dict] = {}
-    replays: dict[str, Replay] = {}
-    for c, window in controllers:
-        t0 = time.perf_counter()
-        init = dict(initial)
-        if isinstance(c, StaticController):
-            init = dict(c.targets)
-        cb = (lambda t, name=c.name: progress(name, t, duration)) if progress else None
-        rep = replay(trace, profile, c, config, init, window_s=window, progress=cb, score_from_s=warmup_s)
-        replays[c.name] = rep
-        s = summarise(rep, policy, duration)
-        s["interval_s"] = float(c.interval_s)
-        s["runtime_s"] = round(time.perf_counter() - t0, 2)
-        if c.name == "planner":
-            s["stand_in"] = stand_in
-        policies[c.name] = s
+    ctx = BaselineContext(policy, profile, trace, initial, schedule, warmup_s, startup, dynamo_predictor)
+    runs = _runs(ctx, baselines, forecaster)
+    policies, replays = _replay_all(runs, ctx, config, progress)
     report = {
         "trace": {**trace.summary(), **(trace_meta or {}), "warmup_s": warmup_s,
                   "scored_requests": int(np.count_nonzero(trace.arrival_s >= warmup_s))},
         "sla": {"ttft_ms": policy.sla.ttft_ms, "itl_ms": policy.sla.itl_ms, "percentile": policy.sla.percentile,
                 "met_ttft": "TTFT <= sla.ttft_ms", "met_itl": MET_ITL},
-        "sim": {"mode": policy.mode, "startup_s": startup, "kill": kill, "seed": seed,
-                "kv_link_gbps": policy.kv_link.gbps, "profile_model": profile.model.name,
-                "prefill_tp": profile.selected_tp("prefill"), "decode_tp": profile.selected_tp("decode"),
-                "initial_replicas": initial, "chunk_tokens": config.chunk_tokens, "warmup_s": warmup_s,
-                "forecast": {"model": forecaster or policy.forecast.model, "quantile": policy.forecast.quantile},
-                "dynamo_predictor": dynamo_predictor,
-                "planner": "stand-in (planner.sim.baselines.StandInPlanner)" if stand_in
-                else "planner.decide.controller.make_planner_controller"},
+        "sim": _sim_section(ctx, config, kill, seed, forecaster),
         "policies": policies,
         "timings_s": timings,
     }
@@ -262,3 +196,45 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
                             "infeasible_intervals": schedule.infeasible_intervals,
                             "peak": schedule.peak(warmup_s)}
     return BacktestResult(report, replays, trace)
+
+
+# (controller, its metrics window, the replicas its replay starts from)
+Run = tuple[Controller, float, dict[str, int]]
+
+
+def _runs(ctx: BaselineContext, baselines: Sequence[str], forecaster: str | None) -> list[Run]:
+    """The planner first, then each baseline in the order asked for."""
+    planner = make_planner_controller(ctx.policy, ctx.profile, forecaster, ctx.initial)
+    runs: list[Run] = [(planner, ctx.window_s, dict(ctx.initial))]
+    for name in baselines:
+        entry = REGISTRY[name]
+        controller = entry.build(ctx)
+        runs.append((controller, entry.window_s(controller, ctx), entry.starting_replicas(controller, ctx)))
+    return runs
+
+
+def _replay_all(runs: list[Run], ctx: BaselineContext, config: SimConfig,
+                progress: Callable[[str, float, float], None] | None) -> tuple[dict[str, dict], dict[str, Replay]]:
+    policies: dict[str, dict] = {}
+    replays: dict[str, Replay] = {}
+    duration = ctx.trace.duration_s
+    for c, window, init in runs:
+        t0 = time.perf_counter()
+        cb = (lambda t, name=c.name: progress(name, t, duration)) if progress else None
+        rep = replay(ctx.trace, ctx.profile, c, config, init, window_s=window, progress=cb, score_from_s=ctx.warmup_s)
+        replays[c.name] = rep
+        s = summarise(rep, ctx.policy, duration)
+        s["interval_s"] = float(c.interval_s)
+        s["runtime_s"] = round(time.perf_counter() - t0, 2)
+        policies[c.name] = s
+    return policies, replays
+
+
+def _sim_section(ctx: BaselineContext, config: SimConfig, kill: bool, seed: int, forecaster: str | None) -> dict:
+    policy, profile = ctx.policy, ctx.profile
+    return {"mode": policy.mode, "startup_s": ctx.startup_s, "kill": kill, "seed": seed,
+            "kv_link_gbps": policy.kv_link.gbps, "profile_model": profile.model.name,
+            "prefill_tp": profile.selected_tp("prefill"), "decode_tp": profile.selected_tp("decode"),
+            "initial_replicas": ctx.initial, "chunk_tokens": config.chunk_tokens, "warmup_s": ctx.warmup_s,
+            "forecast": {"model": forecaster or policy.forecast.model, "quantile": policy.forecast.quantile},
+            "dynamo_predictor": ctx.dynamo_predictor, "planner": "planner.controller.make_planner_controller"}

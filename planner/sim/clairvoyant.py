@@ -13,27 +13,27 @@ horizons), with every quantile equal to that value: no headroom is needed when n
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from planner.config import Policy
-from planner.decide.controller import PlannerController
-from planner.forecast.base import LastValue
+from planner.controller import PlannerController, Sample
+from planner.decide import PlannerState
 from planner.profile import Profile
 from planner.sim.traces import RequestTrace
-from planner.types import QUANTILES, Decision, Forecast, LoadForecast, NoData, Observation
+from planner.types import QUANTILES, Forecast, LoadForecast
 
 NAME = "planner+perfect-forecast"
 
 
-class ClairvoyantPlanner(PlannerController):
-    """``PlannerController`` whose forecast reads the trace ahead instead of extrapolating the history."""
+class PerfectForecast:
+    """A LoadForecaster that reads the trace ahead instead of extrapolating the history."""
 
-    def __init__(self, policy: Policy, profile: Profile, trace: RequestTrace, window_s: float) -> None:
-        super().__init__(policy, profile, LastValue())
-        self.name = NAME
+    def __init__(self, trace: RequestTrace, window_s: float, interval_s: float, startup_s: float) -> None:
         self.window_s = float(window_s)
-        self._now_s = 0.0
+        self.interval_s = float(interval_s)
+        self.far_s = startup_s + self.interval_s
         self._arrival_s = trace.arrival_s  # sorted (RequestTrace's contract)
         self._isl_cum = np.concatenate(([0.0], np.cumsum(trace.isl, dtype=np.float64)))
         self._osl_cum = np.concatenate(([0.0], np.cumsum(trace.osl, dtype=np.float64)))
@@ -44,9 +44,8 @@ class ClairvoyantPlanner(PlannerController):
         hi = int(np.searchsorted(self._arrival_s, end_s, side="left"))
         return float(hi - lo), float(self._isl_cum[hi] - self._isl_cum[lo]), float(self._osl_cum[hi] - self._osl_cum[lo])
 
-    def forecast(self) -> tuple[LoadForecast | None, bool]:
-        far_s = self.policy.startup_s + self.interval_s
-        ends = self._now_s + np.arange(1, int(math.ceil(far_s / self.interval_s)) + 1) * self.interval_s
+    def forecast(self, history: Sequence[Sample], now_s: float) -> tuple[LoadForecast | None, bool]:
+        ends = now_s + np.arange(1, int(math.ceil(self.far_s / self.interval_s)) + 1) * self.interval_s
         windows = [self._window(float(e)) for e in ends]
         n = sum(w[0] for w in windows)
         rate = max(w[0] for w in windows) / self.window_s
@@ -57,10 +56,13 @@ class ClairvoyantPlanner(PlannerController):
 
         def exact(v: float) -> Forecast:
             ok = math.isfinite(v)
-            return Forecast(v, {q: v for q in QUANTILES}, far_s, "perfect", ok, "" if ok else "no requests ahead")
+            return Forecast(v, {q: v for q in QUANTILES}, self.far_s, "perfect", ok, "" if ok else "no requests ahead")
 
         return LoadForecast(exact(rate), exact(isl), exact(osl), exact(prefill_tps), exact(decode_tps)), False
 
-    def tick(self, observation: Observation | NoData, now_s: float) -> Decision:
-        self._now_s = now_s
-        return super().tick(observation, now_s)
+
+def clairvoyant_planner(policy: Policy, profile: Profile, trace: RequestTrace, window_s: float,
+                        initial_state: PlannerState | None = None) -> PlannerController:
+    """The planner's own controller and decide(), its future load handed in through ``PerfectForecast``."""
+    forecast = PerfectForecast(trace, window_s, policy.interval_s, policy.startup_s)
+    return PlannerController(policy, profile, forecast, initial_state, name=NAME)

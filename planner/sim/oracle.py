@@ -227,8 +227,8 @@ def _solve(k: int, hint: dict[str, int] | None = None) -> tuple[int, dict[str, i
     sub = job.trace.window(t0 - job.warmup_s, t0 + job.interval_s)
     policy = job.policy
     pools = policy.pool_names()
-    floors = {p: policy.pool(p).min_replicas for p in pools}
-    ceils = {p: policy.pool(p).max_replicas for p in pools}
+    floors: dict[str, int] = {p: policy.pool(p).min_replicas for p in pools}
+    ceils: dict[str, int] = {p: policy.pool(p).max_replicas for p in pools}
     scored = sub.arrival_s >= t0
     if not scored.any():
         return k, floors, 0, 0, True
@@ -311,7 +311,7 @@ class OracleController:
         self.startup_s = startup_s
         self.interval_s = float(interval_s or policy.interval_s)
         self.gpus = gpus_per_replica(policy, profile)
-        self.floors = {p: policy.pool(p).min_replicas for p in policy.pool_names()}
+        self.floors: dict[str, int] = {p: policy.pool(p).min_replicas for p in policy.pool_names()}
 
     def targets_at(self, now_s: float) -> dict[str, int]:
         return self.schedule.need_over(now_s, now_s + self.startup_s + self.interval_s, self.floors)

@@ -42,7 +42,7 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
         from planner.config import load_policy
 
         pol = load_policy(policy)
-        selectors = {}
+        selectors: dict[str, str] = {}
         for pool in pol.pool_names():
             if pool not in pol.metrics.selectors:
                 raise UserError(f"{policy}: key 'metrics.selectors' has no selector for pool {pool!r}")

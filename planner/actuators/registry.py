@@ -1,0 +1,65 @@
+"""Actuators by ``actuator.kind``: what the policy schema accepts, and how each is built.
+
+Adding an actuator: write it in its own file under planner/actuators/ (an ``apply(targets) -> Applied`` that
+is idempotent and safe to retry) and add one ``ActuatorKind`` line to ``REGISTRY`` below. Constructors import
+their module when called, so reading this registry (the policy schema does) loads no client library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from planner.types import Actuator
+
+
+@dataclass(frozen=True)
+class ActuatorContext:
+    policy: Any  # planner.config.Policy (not imported: the policy schema imports this module)
+    store: Any  # planner.actuators.desired.DesiredStore: what KEDA and the HPA read
+    api_client: Any = None  # kubernetes.client.ApiClient, for kinds that write the cluster
+
+
+@dataclass(frozen=True)
+class ActuatorKind:
+    name: str
+    help: str
+    build: Callable[[ActuatorContext], Actuator]
+    needs_api: bool = False  # writes the Kubernetes API (credentials needed unless --dry-run)
+
+
+def _kubernetes(ctx: ActuatorContext) -> Actuator:
+    from planner.actuators.kubernetes import KubernetesScaleActuator
+
+    return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client)
+
+
+def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
+    def build(ctx: ActuatorContext) -> Actuator:
+        from planner.actuators.desired import PublishActuator
+
+        return PublishActuator(ctx.store, kind)
+
+    return build
+
+
+def _dry_run(ctx: ActuatorContext) -> Actuator:
+    from planner.actuators.dry_run import DryRunActuator
+
+    return DryRunActuator()
+
+
+REGISTRY: dict[str, ActuatorKind] = {k.name: k for k in (
+    ActuatorKind("kubernetes", "writes each pool's scale subresource (Deployment, StatefulSet, LWS, DGDSA, Grove)",
+                 _kubernetes, needs_api=True),
+    ActuatorKind("keda", "publishes desired replicas for KEDA (metrics-api /v1/desired, external scaler gRPC)",
+                 _publish("keda")),
+    ActuatorKind("hpa", "publishes desired replicas as planner_desired_replicas for an HPA (External metric)",
+                 _publish("hpa")),
+    ActuatorKind("dry-run", "logs what it would do, changes nothing", _dry_run),
+)}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)

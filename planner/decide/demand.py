@@ -1,0 +1,147 @@
+"""Stage 1 of the decision: is there data to act on, and what load must each pool be sized for?
+
+The load is the forecast at the decision horizon (``startup_s + interval_s``): the arrival rate at the
+policy's quantile, mean prompt and output lengths, and for each pool the quantile of its own work (prompt
+tokens/s for prefill, output tokens/s for decode) plus any backlog it holds now, which must drain within
+the horizon. No data, stale data or nothing to size from is a Hold: never a guess, never a scale-down.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from planner.decide.capacity import Load
+from planner.decide.spec import DeciderSpec
+from planner.types import Forecast, LoadForecast, Mode, NoData, Observation, Pool, PoolObservation, Reason
+
+# A quantile far above the mean comes from one past surprise (a spike from a low base gives a relative
+# error of 30x); sizing for it would buy 30x the GPUs. Headroom is capped at 2x the mean.
+MAX_QUANTILE_RATIO = 2.0
+ISL_SOURCES = (Pool.PREFILL, Pool.AGGREGATED, Pool.DECODE)  # where a mean prompt length is read, in order
+OSL_SOURCES = (Pool.DECODE, Pool.AGGREGATED, Pool.PREFILL)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Nothing trustworthy to size from: every pool keeps its size (reason no_data_hold)."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Demand:
+    load: Load  # the rate at the quantile with mean lengths (the aggregated pool is sized for this)
+    prefill: Load  # the prefill pool's load: its work quantile, plus its backlog
+    decode: Load  # the decode pool's load: its work quantile, plus its backlog
+    reasons: tuple[Reason, ...]
+    zero: bool  # zero traffic measured as zero and forecast as zero
+
+    def for_pool(self, pool: Pool) -> Load:
+        return {Pool.PREFILL: self.prefill, Pool.DECODE: self.decode}.get(pool, self.load)
+
+
+def finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def mean_length(obs: Observation, attr: str, prefer: tuple[Pool, ...]) -> float | None:
+    """The first finite, positive ``attr`` (``isl_mean`` / ``osl_mean``) among the pools in ``prefer``."""
+    for name in prefer:
+        if name in obs.pools:
+            v = finite(getattr(obs.pools[name], attr))
+            if v is not None and v > 0:
+                return v
+    return None
+
+
+def check_data(spec: DeciderSpec, observation: Observation | NoData, now_s: float) -> Observation | Hold:
+    """NoData, or an observation older than ``metrics.stale_after_intervals`` intervals, holds every pool."""
+    if isinstance(observation, NoData):
+        return Hold(f"no data: {observation.reason.value}")
+    stale_s = spec.policy.metrics.stale_after_intervals * spec.policy.interval_s
+    if now_s - observation.at_s > stale_s:
+        return Hold(f"stale: observation from {now_s - observation.at_s:.0f} s ago (> {stale_s:.0f} s)")
+    return observation
+
+
+def _arrivals(spec: DeciderSpec, obs: Observation) -> PoolObservation | None:
+    """The pool whose started requests are the arrivals: prefill (every request starts there) or aggregated."""
+    order = (Pool.AGGREGATED,) if spec.policy.mode is Mode.AGGREGATED else (Pool.PREFILL, Pool.DECODE)
+    return next((obs.pools[p] for p in order if p in obs.pools), None)
+
+
+def _capped(rate: float, forecast: LoadForecast | None) -> float:
+    """``rate`` capped at MAX_QUANTILE_RATIO x the rate forecast's mean."""
+    if forecast is None or not forecast.rate_rps.ok or rate <= 0:
+        return rate
+    mean = finite(forecast.rate_rps.mean)
+    return MAX_QUANTILE_RATIO * mean if mean is not None and mean > 0 and rate > MAX_QUANTILE_RATIO * mean else rate
+
+
+def _mean_forecast(series: Forecast | None) -> float | None:
+    # Lengths at their mean: the rate quantile already carries the headroom; stacking a length quantile on it
+    # sized the Azure conv prefill pool 35 % above the oracle's need in steady state.
+    value = finite(series.mean) if series is not None and series.ok else None
+    return value if value is not None and value > 0 else None
+
+
+def _work_rate(work: Forecast | None, q: float, length: float, rate: float) -> float:
+    """The arrival rate that carries the work forecast at quantile ``q`` at the mean length (never below the
+    rate quantile: the work's band only adds the share of a surge that comes from longer requests)."""
+    if work is None or not work.ok or length <= 0:
+        return rate
+    value = finite(work.at(q))
+    mean = finite(work.mean)
+    if value is None or mean is None or value <= 0:
+        return rate
+    value = min(value, MAX_QUANTILE_RATIO * mean) if mean > 0 else value
+    return max(rate, value / length)
+
+
+def _with_backlog(load: Load, queue: float, horizon_s: float) -> Load:
+    # Requests waiting in a pool drain as extra arrivals over the horizon (turning decode waiters into
+    # concurrency instead sized the Azure code pool, OSL 28, for a burst that clears in a second, with
+    # replicas that take two minutes to start).
+    return replace(load, rate_rps=load.rate_rps + queue / horizon_s) if queue > 0 else load
+
+
+def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -> Demand | Hold:
+    reasons: list[Reason] = []
+    arrivals = _arrivals(spec, obs)
+    rate = finite(forecast.rate_rps.at(spec.policy.forecast.quantile)) if forecast is not None and forecast.rate_rps.ok else None
+    if rate is None:
+        if arrivals is None:
+            return Hold("no arrivals signal and no forecast")
+        rate = arrivals.rate_rps
+        reasons.append(Reason.FORECAST_FALLBACK)
+    rate = _capped(max(0.0, rate), forecast)
+    lengths = []
+    for series, attr, prefer, default in (
+        (forecast.isl_tokens if forecast else None, "isl_mean", ISL_SOURCES, spec.fallback_isl_tokens),
+        (forecast.osl_tokens if forecast else None, "osl_mean", OSL_SOURCES, spec.fallback_osl_tokens),
+    ):
+        value = _mean_forecast(series)
+        if value is None:
+            value = mean_length(obs, attr, prefer)
+            if rate > 0 and Reason.FORECAST_FALLBACK not in reasons:
+                reasons.append(Reason.FORECAST_FALLBACK)
+        lengths.append(value if value is not None else default)
+    measured_zero = arrivals is not None and arrivals.requests == 0 and arrivals.rate_rps == 0
+    if rate == 0 and not measured_zero and arrivals is None:
+        return Hold("no arrivals signal and no forecast")
+    zero = rate == 0 and measured_zero
+    load = Load(rate, lengths[0], lengths[1])
+    p_load = d_load = load
+    if forecast is not None and forecast.rate_rps.ok and rate > 0:
+        q = spec.policy.forecast.quantile
+        p_load = replace(load, rate_rps=_work_rate(forecast.prefill_tokens_per_s, q, lengths[0], rate))
+        d_load = replace(load, rate_rps=_work_rate(forecast.decode_tokens_per_s, q, lengths[1], rate))
+    if spec.policy.mode is Mode.DISAGGREGATED and not zero:
+        p_load = _with_backlog(p_load, _queue(obs, Pool.PREFILL), spec.horizon_s)
+        d_load = _with_backlog(d_load, _queue(obs, Pool.DECODE), spec.horizon_s)
+    return Demand(load, p_load, d_load, tuple(reasons), zero)
+
+
+def _queue(obs: Observation, pool: Pool) -> float:
+    return obs.pools[pool].queue if pool in obs.pools else 0.0

@@ -1,0 +1,21 @@
+"""Stage 3 of the decision: the replicas each pool needs for its demand, before any behaviour or limit.
+
+Prefill: the smallest pool whose TTFT percentile (queueing + compute + KV transfer + first decode step)
+meets the target; decode: the smallest pool whose batch at the percentile's concurrency meets the ITL target
+and fits the KV cache; aggregated: one pool against both (planner/decide/capacity.py has the models).
+"""
+
+from __future__ import annotations
+
+from planner.decide.calibration import Factors
+from planner.decide.capacity import Sizing, size_aggregated, size_decode, size_prefill
+from planner.decide.demand import Demand
+from planner.decide.spec import DeciderSpec
+from planner.types import Mode, Pool
+
+
+def size_pools(spec: DeciderSpec, demand: Demand, factors: Factors) -> dict[Pool, Sizing]:
+    if spec.mode is Mode.AGGREGATED:
+        return {Pool.AGGREGATED: size_aggregated(spec.model, demand.load, factors.ttft, factors.itl)}
+    return {Pool.PREFILL: size_prefill(spec.model, demand.prefill, factors.ttft),
+            Pool.DECODE: size_decode(spec.model, demand.decode, factors.itl)}

@@ -1,0 +1,13 @@
+"""Baseline scaling policies the backtest compares the planner with, each a Controller (one file each).
+
+``registry.py`` lists them by the name ``planner backtest --baselines`` takes; adding one is its file plus
+one line there (CONTRIBUTING.md).
+"""
+
+from planner.sim.baselines.common import budget_clamp, clamp_pool, gpus_per_replica, make_decision
+from planner.sim.baselines.dynamo_sla import DynamoSLAController
+from planner.sim.baselines.reactive import ReactiveController
+from planner.sim.baselines.static import StaticController
+
+__all__ = ["DynamoSLAController", "ReactiveController", "StaticController", "budget_clamp", "clamp_pool",
+           "gpus_per_replica", "make_decision"]

@@ -1,0 +1,89 @@
+"""The backtest's baselines by name: what ``--baselines`` accepts, its help, and how each is built.
+
+Adding a baseline: write its Controller in its own file under planner/sim/baselines/ and add one
+``Baseline`` line to ``REGISTRY`` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner.config import Policy
+from planner.controller import initial_state
+from planner.profile import Profile
+from planner.sim.baselines.dynamo_sla import DynamoSLAController
+from planner.sim.baselines.reactive import ReactiveController
+from planner.sim.baselines.static import StaticController
+from planner.sim.clairvoyant import clairvoyant_planner
+from planner.sim.oracle import OracleController, OracleSchedule
+from planner.sim.traces import RequestTrace
+from planner.types import Controller
+
+
+@dataclass(frozen=True)
+class BaselineContext:
+    """What a baseline may be built from: the run's policy, profile and trace, and what is running at the start."""
+
+    policy: Policy
+    profile: Profile
+    trace: RequestTrace
+    initial: dict[str, int]  # replicas per pool when the replay starts
+    schedule: OracleSchedule | None  # the offline schedule, when a baseline that needs it is run
+    warmup_s: float
+    startup_s: float
+    dynamo_predictor: str
+
+    @property
+    def window_s(self) -> float:
+        return self.policy.metrics.window_s
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    help: str
+    build: Callable[[BaselineContext], Controller]
+    needs_schedule: bool = False  # built from the offline schedule (computed once for all that need it)
+    # The metrics window it reads: the policy's, or (Dynamo) one as long as its own adjustment interval.
+    window_is_interval: bool = False
+
+    # Starts from its own sizes instead of what the others start from (static: its fixed sizes).
+    starts_at_own_targets: bool = False
+
+    def window_s(self, controller: Controller, ctx: BaselineContext) -> float:
+        return float(controller.interval_s) if self.window_is_interval else ctx.window_s
+
+    def starting_replicas(self, controller: Controller, ctx: BaselineContext) -> dict[str, int]:
+        if self.starts_at_own_targets:
+            assert isinstance(controller, StaticController)
+            return dict(controller.targets)
+        return dict(ctx.initial)
+
+
+def _static(ctx: BaselineContext) -> Controller:
+    assert ctx.schedule is not None
+    return StaticController(ctx.policy, ctx.profile, ctx.schedule.peak(ctx.warmup_s))
+
+
+def _oracle(ctx: BaselineContext) -> Controller:
+    assert ctx.schedule is not None
+    return OracleController(ctx.policy, ctx.profile, ctx.schedule, ctx.startup_s)
+
+
+REGISTRY: dict[str, Baseline] = {b.name: b for b in (
+    Baseline("static", "the oracle's peak, held all along", _static, needs_schedule=True,
+             starts_at_own_targets=True),
+    Baseline("reactive", "HPA/KEDA-style thresholds with HPA's default behaviour",
+             lambda c: ReactiveController(c.policy, c.profile, c.initial)),
+    Baseline("dynamo-sla", "NVIDIA Dynamo's SLA planner (throughput mode)",
+             lambda c: DynamoSLAController(c.policy, c.profile, c.initial, predictor=c.dynamo_predictor),
+             window_is_interval=True),
+    Baseline("oracle", "knows the future: per-interval sizes found by simulation", _oracle, needs_schedule=True),
+    Baseline("clairvoyant", "planner+perfect-forecast: the planner's decide() fed the true future load",
+             lambda c: clairvoyant_planner(c.policy, c.profile, c.trace, c.window_s, initial_state(c.initial))),
+)}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
