@@ -288,7 +288,7 @@ def test_validation_catches_mistakes() -> None:
     for mistake, error in [({"relabelings": [{"source_labels": ["a"]}]}, jsonschema.ValidationError),
                            ({"relabelings": [{"action": "replace", "sourceLabels": ["a"]}]}, AssertionError),
                            ({"interval": "15 seconds"}, jsonschema.ValidationError),
-                           ({"portNumber": 8000}, AssertionError)]:
+                           ({"port": "http"}, AssertionError)]:  # both port and portNumber
         with pytest.raises(error):
             validate_monitor({**monitor, "spec": {**monitor["spec"], "podMetricsEndpoints": [{**ep, **mistake}]}})
     with pytest.raises(jsonschema.ValidationError):
