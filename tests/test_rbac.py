@@ -187,8 +187,8 @@ def test_roles_grant_exactly_what_the_code_calls(name: str, tmp_path: Path) -> N
     assert pod["automountServiceAccountToken"] is bool(required), "a token exactly when there is a Role"
     (sa,) = by_kind(objs, "ServiceAccount")
     assert sa["automountServiceAccountToken"] is False
-    if OVERLAYS[name] in ("keda", "hpa", "dry-run"):
-        assert not by_kind(objs, "Role")  # publishes N; writes nothing to the cluster
+    if not required:  # advisory, keda, hpa today: the planner publishes N and writes nothing to the cluster
+        assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
 
 
 def test_events_become_required_as_soon_as_the_code_emits_them(tmp_path: Path) -> None:
