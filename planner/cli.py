@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 import typer
@@ -45,11 +48,45 @@ def _register() -> None:
     _registered = True
 
 
+# Typer builds its commands on its own copy of click (typer._click), so commands and options are recognised
+# by what they have, not by click's classes.
+def flag_table(command: Any) -> dict[str, str]:
+    """Library key -> this command's flag: by parameter name and by the flag's own spelling."""
+    table: dict[str, str] = {}
+    for param in command.params:
+        long = [o for o in param.opts if o.startswith("--")] if param.param_type_name == "option" else []
+        if long and param.name:
+            table[long[0][2:].replace("-", "_")] = long[0]
+            table[param.name] = long[0]
+    return table
+
+
+def _flags_on_error(callback: Callable[..., Any], flags: dict[str, str]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def run_command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except UserError as exc:
+            raise exc.for_flags(flags) from exc
+
+    return run_command
+
+
+def _name_flags(command: Any) -> None:
+    """Library errors name keys (planner/errors.py); show the user the flags of the command they ran."""
+    if hasattr(command, "commands"):
+        for sub in command.commands.values():
+            _name_flags(sub)
+    elif command.callback is not None:
+        command.callback = _flags_on_error(command.callback, flag_table(command))
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (used by tests and by ``main``)."""
     _register()
     err = Console(stderr=True, highlight=False)
     command = typer.main.get_command(app)
+    _name_flags(command)
     try:
         result = command.main(args=argv, prog_name="planner", standalone_mode=False)
     except UserError as exc:

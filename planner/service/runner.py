@@ -123,7 +123,7 @@ class GrpcThread:
         self._thread.start()
         self._ready.wait(20)
         if self._error is not None:
-            raise UserError(f"--grpc-port {self.port}: cannot start the external scaler ({self._error})")
+            raise UserError(f"grpc_port {self.port}: cannot start the external scaler ({self._error})", key="grpc_port")
         return self
 
     def stop(self) -> None:
