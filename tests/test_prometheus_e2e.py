@@ -206,7 +206,7 @@ def test_prometheus_hung_then_stopped() -> None:
 
 def test_planner_telemetry_is_scraped(prom_env: PromEnv) -> None:  # noqa: F811
     from planner.service.app import create_app as planner_app
-    from planner.service.signals import SignalTracker
+    from planner.signals import SignalTracker
     from planner.telemetry import PlannerMetrics, record_decision, record_signals
 
     (slot,) = prom_env.take(1)

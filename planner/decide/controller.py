@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from planner.config import Policy
 from planner.decide.decider import decide
 from planner.decide.state import PlannerState
-from planner.forecast.base import Forecaster, LastValue, make_forecaster
+from planner.forecast import Forecaster, LastValue, make_forecaster
 from planner.profile import Profile
 from planner.types import Decision, Forecast, LoadForecast, NoData, Observation, Reason
 

@@ -186,7 +186,7 @@ class DynamoSLAController:
         if self.predictor == "constant" or len(self.history) < 4:
             return req, isl, osl
         # Dynamo's ARIMA option, via the project's forecaster registry; constant on any failure.
-        from planner.forecast.base import make_forecaster
+        from planner.forecast import make_forecaster
 
         times = [h[0] for h in self.history]
         out = []
