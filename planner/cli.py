@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +11,7 @@ import click
 import typer
 from rich.console import Console
 
+from planner.commands import bench, decide, demo, emulate, forecast, observe, profile, service, sim
 from planner.errors import InfeasibleError, UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -19,33 +19,16 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print measured figures.")
 app.add_typer(bench_app, name="bench")
 
-# Command modules register themselves; a module that is not there yet is simply not offered.
-COMMAND_MODULES = (
-    "planner.commands.profile",
-    "planner.commands.sim",
-    "planner.commands.decide",
-    "planner.commands.forecast",
-    "planner.commands.observe",
-    "planner.commands.service",
-    "planner.commands.demo",
-)
-
-_registered = False
-
-
-def _register() -> None:
-    global _registered
-    if _registered:
-        return
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(app, bench_app)
-    _registered = True
+# Registration order is the order `planner --help` lists the commands in.
+profile.register(app)
+sim.register(app)
+decide.register(app)
+forecast.register(app)
+observe.register(app)
+emulate.register(app)
+service.register(app)
+demo.register(app)
+bench.register(bench_app)
 
 
 # Typer builds its commands on its own copy of click (typer._click), so commands and options are recognised
@@ -83,7 +66,6 @@ def _name_flags(command: Any) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (used by tests and by ``main``)."""
-    _register()
     err = Console(stderr=True, highlight=False)
     command = typer.main.get_command(app)
     _name_flags(command)

@@ -44,9 +44,6 @@ def test_keys_survive_pickling() -> None:  # errors come back from the oracle's 
 def test_flag_table_maps_parameter_names_and_flag_spellings() -> None:
     import typer
 
-    from planner.cli import _register
-
-    _register()
     command = typer.main.get_command(app).commands["forecast"].commands["eval"]  # type: ignore[attr-defined]
     table = flag_table(command)
     assert table["fmt"] == table["format"] == "--format"  # parameter `fmt`, flag --format

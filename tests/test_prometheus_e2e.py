@@ -19,8 +19,8 @@ from planner.emulator.app import create_app, engine_model_for
 from planner.emulator.vllm_metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from planner.profile import load_profile
 from planner.service.background import BackgroundServer
-from planner.sources.local_prometheus import LocalPrometheus
 from planner.sources.prometheus import PrometheusSource
+from planner.testing.local_prometheus import LocalPrometheus
 from planner.types import Decision, NoData, NoDataReason, Observation, PoolDecision, Reason
 
 pytestmark = pytest.mark.prometheus

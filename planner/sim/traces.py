@@ -469,19 +469,3 @@ def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, st
                              _join(cut.notes, f"cut to trace time [{lo:g}, {hi:g}) s"))
     return scale_rate(trace, rate_scale, scale_mode, seed)
 
-
-
-def parse_columns(text: str | None) -> dict[str, str] | None:
-    """``arrival=ts,isl=in,osl=out[,time_unit=ms]`` -> dict (CLI helper)."""
-    if not text:
-        return None
-    out: dict[str, str] = {}
-    for item in text.split(","):
-        if "=" not in item:
-            raise UserError(f"--columns: {item!r} is not key=value (keys: arrival, isl, osl, time_unit)")
-        k, v = item.split("=", 1)
-        if k.strip() not in ("arrival", "isl", "osl", "time_unit"):
-            raise UserError(f"--columns: unknown key {k.strip()!r}; allowed: arrival, isl, osl, time_unit")
-        out[k.strip()] = v.strip()
-    return out
-
