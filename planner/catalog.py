@@ -40,12 +40,12 @@ def load_model(name_or_path: str) -> ModelSpec:
         path = data_dir() / "models" / f"{key}.json"
         name = key
         if not path.exists():
-            raise UserError(f"--model {name_or_path!r}: unknown model; shipped models: "
-                            f"{', '.join(model_names())} (or pass a path to a config.json)")
+            raise UserError(f"model {name_or_path!r}: unknown model; shipped models: "
+                            f"{', '.join(model_names())} (or pass a path to a config.json)", key="model")
     try:
         cfg: Any = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(f"--model {name_or_path!r}: file {path} not found") from None
+        raise UserError(f"model {name_or_path!r}: file {path} not found", key="model") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except OSError as exc:
@@ -76,7 +76,7 @@ def load_hardware(name: str) -> HardwareSpec:
     key = ALIASES.get(name.lower(), name.lower())
     row = _hardware_table().get(key)
     if row is None:
-        raise UserError(f"--gpu {name!r}: unknown GPU; known: {', '.join(gpu_names())}")
+        raise UserError(f"gpu {name!r}: unknown GPU; known: {', '.join(gpu_names())}", key="gpu")
     return HardwareSpec(
         name=key,
         memory_bytes=float(row["memory_gb"]) * 1e9,

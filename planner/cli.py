@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
+import functools
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 import typer
 from rich.console import Console
 
+from planner.commands import bench, decide, demo, emulate, forecast, observe, profile, service, sim
 from planner.errors import InfeasibleError, UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -16,40 +19,56 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print measured figures.")
 app.add_typer(bench_app, name="bench")
 
-# Command modules register themselves; a module that is not there yet is simply not offered.
-COMMAND_MODULES = (
-    "planner.commands.profile",
-    "planner.commands.sim",
-    "planner.commands.decide",
-    "planner.commands.forecast",
-    "planner.commands.observe",
-    "planner.commands.service",
-    "planner.commands.demo",
-)
-
-_registered = False
+# Registration order is the order `planner --help` lists the commands in.
+profile.register(app)
+sim.register(app)
+decide.register(app)
+forecast.register(app)
+observe.register(app)
+emulate.register(app)
+service.register(app)
+demo.register(app)
+bench.register(bench_app)
 
 
-def _register() -> None:
-    global _registered
-    if _registered:
-        return
-    for name in COMMAND_MODULES:
+# Typer builds its commands on its own copy of click (typer._click), so commands and options are recognised
+# by what they have, not by click's classes.
+def flag_table(command: Any) -> dict[str, str]:
+    """Library key -> this command's flag: by parameter name and by the flag's own spelling."""
+    table: dict[str, str] = {}
+    for param in command.params:
+        long = [o for o in param.opts if o.startswith("--")] if param.param_type_name == "option" else []
+        if long and param.name:
+            table[long[0][2:].replace("-", "_")] = long[0]
+            table[param.name] = long[0]
+    return table
+
+
+def _flags_on_error(callback: Callable[..., Any], flags: dict[str, str]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def run_command(*args: Any, **kwargs: Any) -> Any:
         try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(app, bench_app)
-    _registered = True
+            return callback(*args, **kwargs)
+        except UserError as exc:
+            raise exc.for_flags(flags) from exc
+
+    return run_command
+
+
+def _name_flags(command: Any) -> None:
+    """Library errors name keys (planner/errors.py); show the user the flags of the command they ran."""
+    if hasattr(command, "commands"):
+        for sub in command.commands.values():
+            _name_flags(sub)
+    elif command.callback is not None:
+        command.callback = _flags_on_error(command.callback, flag_table(command))
 
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (used by tests and by ``main``)."""
-    _register()
     err = Console(stderr=True, highlight=False)
     command = typer.main.get_command(app)
+    _name_flags(command)
     try:
         result = command.main(args=argv, prog_name="planner", standalone_mode=False)
     except UserError as exc:

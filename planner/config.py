@@ -59,10 +59,23 @@ class KVLink(_Strict):
     gbps: float = Field(400.0, gt=0, le=100_000)
 
 
+def _one_of(field: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"unknown {field} {value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
 class ForecastConfig(_Strict):
-    model: str = "auto"
+    model: str = "auto"  # one of planner/forecast/registry.py
     quantile: float = Field(0.9, ge=0.5, le=0.99)
     history_s: float = Field(6 * 3600.0, gt=0)
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        from planner.forecast.registry import names
+
+        return _one_of("forecast model", model, names())
 
 
 class ScalingPolicy(_Strict):
@@ -100,18 +113,19 @@ class Calibration(_Strict):
 class MetricsConfig(_Strict):
     source: Literal["prometheus", "sim"] = "prometheus"
     url: str = "http://prometheus:9090"
-    dialect: Literal["vllm", "sglang", "dynamo", "trtllm"] = "vllm"
+    dialect: str = "vllm"  # one of planner/sources/dialects.py
     selectors: dict[str, str] = Field(default_factory=lambda: {"prefill": '{role="prefill"}',
                                                                "decode": '{role="decode"}'})
     window_s: float = Field(60.0, gt=0)
     timeout_s: float = Field(5.0, gt=0, le=120)
     stale_after_intervals: int = Field(3, ge=1)
 
+    @field_validator("dialect")
+    @classmethod
+    def _known_dialect(cls, dialect: str) -> str:
+        from planner.sources.dialects import dialect_names
 
-def _one_of(field: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ValueError(f"unknown {field} {value!r}; allowed: {', '.join(allowed)}")
-    return value
+        return _one_of("metrics dialect", dialect, dialect_names())
 
 
 class ActuatorConfig(_Strict):

@@ -18,8 +18,7 @@ from planner.config import Policy
 from planner.decide import DeciderSpec, PlannerState, decide
 from planner.decide.demand import ISL_SOURCES, OSL_SOURCES
 from planner.errors import UserError
-from planner.forecast import make_forecaster
-from planner.forecast.base import Forecaster, LastValue
+from planner.forecast import Forecaster, LastValue, make_forecaster
 from planner.profile import Profile
 from planner.types import Decision, Forecast, LoadForecast, Mode, NoData, Observation, Pool, Reason
 
@@ -180,6 +179,7 @@ def make_planner_controller(policy: Policy, profile: Profile, forecaster: str | 
     try:
         model = make_forecaster(name)
     except ValueError as exc:
-        raise UserError(f"forecast.model: {exc}") from None
+        key = "forecaster" if forecaster else "forecast.model"
+        raise UserError(f"{key}: {exc}", key=key) from None
     return PlannerController(policy, profile, HistoryForecast(model, policy.interval_s, policy.startup_s),
                              initial_state(initial))

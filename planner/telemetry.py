@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from planner.service.signals import SignalStatus
+from planner.signals import SignalStatus
 from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason
 
 ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + ("forecast", "decide", "actuate", "internal")

@@ -21,10 +21,16 @@ class Pool(StrEnum):
     DECODE = "decode"
     AGGREGATED = "aggregated"  # one pool serving both stages (no disaggregation)
 
+    def __repr__(self) -> str:  # messages quote pools as the user wrote them: 'decode', not <Pool.DECODE: ...>
+        return repr(self.value)
+
 
 class Mode(StrEnum):
     DISAGGREGATED = "disaggregated"  # prefill and decode pools
     AGGREGATED = "aggregated"  # one pool
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
     @property
     def pools(self) -> tuple[Pool, ...]:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from planner.sources.local_prometheus import LocalPrometheus, Target, free_port, prometheus_binary
+from planner.testing.local_prometheus import LocalPrometheus, Target, free_port, prometheus_binary
 
 SCRAPE_S = 1.0
 SLOTS = 40

@@ -155,5 +155,7 @@ def test_policy_forecaster_runs_or_says_it_fell_back() -> None:
 
 
 def test_unknown_forecaster_is_a_config_error_naming_the_models() -> None:
-    with pytest.raises(UserError, match=r"forecast\.model.*'no-such-model'.*last-value"):
-        make_planner_controller(POL, PROFILE, forecaster="no-such-model")
+    with pytest.raises(UserError, match=r"forecaster: unknown forecaster 'no-such-model'.*last-value"):
+        make_planner_controller(POL, PROFILE, forecaster="no-such-model")  # --forecaster override
+    with pytest.raises(UserError, match=r"forecast\.model' = 'no-such-model'.*allowed: .*last-value"):
+        policy(forecast={"model": "no-such-model"})  # in the policy file: rejected when it is read

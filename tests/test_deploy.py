@@ -511,7 +511,7 @@ def test_engine_relabelling_gives_the_pools_the_policy_selects(tmp_path: Path) -
     from prometheus_client import generate_latest
 
     from planner.emulator.vllm_metrics import VllmMetrics
-    from planner.sources.local_prometheus import LocalPrometheus
+    from planner.testing.local_prometheus import LocalPrometheus
 
     monitors = {p.stem.removesuffix("-podmonitor"): yaml.safe_load(p.read_text()) for p in ENGINE_MONITORS}
     assert sorted(monitors) == ["dynamo", "sglang", "vllm"]

@@ -244,7 +244,7 @@ def test_planner_emulate_serves_over_http() -> None:
     import subprocess
     import sys
 
-    from planner.sources.local_prometheus import free_port
+    from planner.testing.local_prometheus import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "emulate", "--profile", str(PROFILE), "--role",

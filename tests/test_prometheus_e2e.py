@@ -19,8 +19,8 @@ from planner.emulator.app import create_app, engine_model_for
 from planner.emulator.vllm_metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from planner.profile import load_profile
 from planner.service.background import BackgroundServer
-from planner.sources.local_prometheus import LocalPrometheus
 from planner.sources.prometheus import PrometheusSource
+from planner.testing.local_prometheus import LocalPrometheus
 from planner.types import Decision, NoData, NoDataReason, Observation, PoolDecision, Reason
 
 pytestmark = pytest.mark.prometheus
@@ -206,7 +206,7 @@ def test_prometheus_hung_then_stopped() -> None:
 
 def test_planner_telemetry_is_scraped(prom_env: PromEnv) -> None:  # noqa: F811
     from planner.service.app import create_app as planner_app
-    from planner.service.signals import SignalTracker
+    from planner.signals import SignalTracker
     from planner.telemetry import PlannerMetrics, record_decision, record_signals
 
     (slot,) = prom_env.take(1)

@@ -111,9 +111,8 @@ def lease_name(args: list[str]) -> str:
         return args[args.index("--lease-name") + 1]
     import typer
 
-    from planner.cli import _register, app
+    from planner.cli import app
 
-    _register()
     run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     return next(p.default for p in run.params if p.name == "lease_name")
 

@@ -22,7 +22,7 @@ from prom_fixtures import FakeHTTP, PromEnv, prom_env  # noqa: F401
 from planner.actuators import externalscaler_pb2 as pb
 from planner.actuators import externalscaler_pb2_grpc as pb_grpc
 from planner.service.runner import RunOptions, Service
-from planner.sources.local_prometheus import free_port
+from planner.testing.local_prometheus import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
@@ -86,7 +86,10 @@ def wait_until(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.2)
 
 
-def test_run_scales_fake_deployments_from_real_prometheus(prom_env: PromEnv, tmp_path: Path) -> None:  # noqa: F811
+@pytest.mark.parametrize("kind", ["kubernetes", "keda"])
+def test_run_scales_from_real_prometheus(prom_env: PromEnv, tmp_path: Path, kind: str) -> None:  # noqa: F811
+    """kubernetes: the planner scales the Deployments itself; keda: it publishes N (HTTP and gRPC) and writes
+    nothing. Each output has one writer, so the other channel stays silent."""
     pre_slot, dec_slot = prom_env.take(2)
     exporters = [Exporter(pre_slot.port), Exporter(dec_slot.port)]
     for e in exporters:
@@ -104,7 +107,7 @@ def test_run_scales_fake_deployments_from_real_prometheus(prom_env: PromEnv, tmp
                                     "policies": [{"type": "pods", "value": 100, "period_s": 1}]}},
         "metrics": {"url": prom_env.url, "window_s": 5, "stale_after_intervals": 4,
                     "selectors": {"prefill": pre_slot.selector, "decode": dec_slot.selector}},
-        "actuator": {"kind": "kubernetes"},
+        "actuator": {"kind": kind},
     }
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(policy))
@@ -118,33 +121,45 @@ def test_run_scales_fake_deployments_from_real_prometheus(prom_env: PromEnv, tmp
             r = httpx.get(f"{base}/v1/desired", params={"pool": pool}, timeout=5)
             return r.json()["desired"] if r.status_code == 200 else None
 
+        def gauge(pool: str) -> int | None:
+            for line in httpx.get(f"{base}/metrics", timeout=5).text.splitlines():
+                if line.startswith(f'planner_desired_replicas{{policy="e2e",pool="{pool}"}}'):
+                    return int(float(line.split()[-1]))
+            return None
+
+        # What the planner asks for: the cluster (kubernetes) or the published N (keda).
+        asked = (lambda: kube.replicas("deployments", NS, "dec")) if kind == "kubernetes" else (
+            lambda: desired("decode") or 0)
         wait_until(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, 30, "readiness")
-        wait_until(lambda: desired("decode") is not None, 30, "a first decision")
-        low = kube.replicas("deployments", NS, "dec")
-        assert desired("decode") == low
+        wait_until(lambda: gauge("decode") is not None, 30, "a first decision")
+        low = asked()
+        assert gauge("decode") == low
 
         for e in exporters:
             e.rate_rps = 40.0
-        wait_until(lambda: kube.replicas("deployments", NS, "dec") > low, 40, "decode to scale up")
-        high = kube.replicas("deployments", NS, "dec")
-        wait_until(lambda: desired("decode") == kube.replicas("deployments", NS, "dec"), 10, "HTTP == cluster")
-
-        with grpc.insecure_channel(f"127.0.0.1:{service.grpc.port}") as channel:
-            stub = pb_grpc.ExternalScalerStub(channel)
-            ref = pb.ScaledObjectRef(name="so", namespace=NS, scalerMetadata={"pool": "decode"})
-            value = stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="desired")).metricValues[0]
-        assert value.metricValue >= low and value.metricValueFloat == float(value.metricValue)
+        wait_until(lambda: asked() > low, 40, "decode to scale up")
+        high = asked()
+        wait_until(lambda: gauge("decode") == asked(), 10, "gauge == what was asked")
+        if kind == "keda":
+            with grpc.insecure_channel(f"127.0.0.1:{service.grpc.port}") as channel:
+                stub = pb_grpc.ExternalScalerStub(channel)
+                ref = pb.ScaledObjectRef(name="so", namespace=NS, scalerMetadata={"pool": "decode"})
+                value = stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="desired")).metricValues[0]
+            assert value.metricValue >= low and value.metricValueFloat == float(value.metricValue)
+            assert kube.replicas("deployments", NS, "dec") == 1  # KEDA owns the Deployment, not the planner
+        else:
+            assert desired("decode") is None  # nothing published for KEDA: it is not in the loop
 
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
         assert 'planner_desired_replicas{policy="e2e",pool="decode"}' in metrics
 
-        held = kube.replicas("deployments", NS, "dec")
+        held = asked()
         for e in exporters:
             e.vanish()  # metrics vanish: the planner must hold, not fall to the floor
         wait_until(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 503, 40, "degraded readiness")
         seen = []
         for _ in range(10):
-            seen.append(kube.replicas("deployments", NS, "dec"))
+            seen.append(asked())
             time.sleep(0.3)
         assert min(seen) >= held >= high > low
         body = httpx.get(f"{base}/readyz", timeout=5).json()
@@ -207,8 +222,9 @@ def test_run_reads_real_emulators(prom_env: PromEnv, tmp_path: Path) -> None:  #
 
         wait_until(sized, 40, "a decision sized from observed emulator traffic")
         r = httpx.get(f"{service.http.url}/v1/desired", params={"pool": "decode"}, timeout=5)
-        assert r.status_code == 200 and r.json()["desired"] >= 1
+        assert r.status_code == 503 and "does not publish" in r.json()["error"]  # dry-run tells KEDA nothing
         text = httpx.get(f"{service.http.url}/metrics", timeout=5).text
+        assert 'planner_desired_replicas{policy="emu",pool="decode"}' in text
         assert 'planner_observed_rate_rps{policy="emu",pool="prefill"}' in text
     finally:
         stop.set()

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 from fake_kube import FakeKube
 
+from planner.actuators.desired import DesiredStore, PublishActuator
 from planner.config import parse_policy
 from planner.controller import make_planner_controller
 from planner.profile import load_profile
@@ -86,19 +87,24 @@ class Steady:
 
 def test_standby_neither_actuates_nor_publishes(kube: FakeKube, repo) -> None:  # noqa: ANN001
     policy = parse_policy({"name": "p", "profile": str(repo / "profiles/h200/qwen3-8b.json"),
-                           "pools": {"prefill": {}, "decode": {}}, "actuator": {"kind": "dry-run"}})
+                           "pools": {"prefill": {}, "decode": {}}, "actuator": {"kind": "keda"}})
     profile = load_profile(policy.profile)
     clock = FakeClock(T0)
     loops = {}
     for who in ("a", "b"):
-        loops[who] = ControlLoop(policy, make_planner_controller(policy, profile), Steady(), RecordingActuator(),
-                                 PlannerMetrics(), clock, elector=elector(kube, who, 90.0))
+        store = DesiredStore(policy.name, policy.pool_names())
+        loops[who] = ControlLoop(policy, make_planner_controller(policy, profile), Steady(),
+                                 RecordingActuator(inner=PublishActuator(store, "keda")), PlannerMetrics(), clock,
+                                 store=store, elector=elector(kube, who, 90.0))
     for _ in range(3):
         ra, rb = loops["a"].tick(), loops["b"].tick()
         clock.advance(30)
     assert (ra.leader, rb.leader) == (True, False)
     assert loops["a"].actuator.calls and loops["b"].actuator.calls == []
     assert loops["b"].store.get("decode") is None and loops["a"].store.get("decode") == ra.decision.targets()["decode"]
+    gauge = {who: loop.metrics.registry.get_sample_value("planner_desired_replicas", {"policy": "p", "pool": "decode"})
+             for who, loop in loops.items()}
+    assert gauge == {"a": ra.decision.targets()["decode"], "b": None}
     assert rb.decision is not None  # the standby keeps its controller warm for a takeover
 
 

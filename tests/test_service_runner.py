@@ -83,7 +83,7 @@ def test_busy_grpc_port_is_a_user_error(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         service = Service(RunOptions(policy_file(tmp_path, "keda"), host="127.0.0.1", port=0, grpc_port=port))
-        with pytest.raises(UserError, match=f"--grpc-port {port}: cannot start the external scaler"):
+        with pytest.raises(UserError, match=f"grpc_port {port}: cannot start the external scaler"):
             service.start()
     assert service.http is None  # the HTTP server was stopped again
 

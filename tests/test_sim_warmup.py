@@ -54,7 +54,7 @@ def test_warmup_scores_only_what_comes_after_it(pol, prof) -> None:  # noqa: ANN
 def test_bad_warmup_is_a_clear_error(pol, prof, warm: float) -> None:  # noqa: ANN001
     from planner.errors import UserError
 
-    with pytest.raises(UserError, match="--warmup-s"):
+    with pytest.raises(UserError, match="warmup_s"):
         run_backtest(constant(5.0, 600.0, seed=1), prof, pol, baselines=[], warmup_s=warm)
 
 

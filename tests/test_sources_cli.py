@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from planner.cli import run
+from planner.commands.observe_args import resolve
 from planner.errors import UserError
-from planner.sources.cli_support import resolve
-from planner.sources.local_prometheus import free_port
+from planner.testing.local_prometheus import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / "policies" / "example.yaml"

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from planner.service.app import create_app
 from planner.service.background import BackgroundServer
-from planner.service.signals import (
+from planner.signals import (
     SignalTracker,
     log_changes,
     required_signals,

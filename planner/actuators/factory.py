@@ -35,5 +35,5 @@ def load_api_client() -> Any:
             config.load_kube_config()
         except (config.ConfigException, OSError) as exc:
             raise UserError(f"actuator kind 'kubernetes': no in-cluster credentials and no kubeconfig ({exc}); "
-                            "run inside the cluster, set KUBECONFIG, or use --dry-run") from None
+                            "run inside the cluster, set KUBECONFIG, or use dry_run", mentions=("dry_run",)) from None
     return client.ApiClient()

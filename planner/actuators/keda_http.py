@@ -13,7 +13,8 @@ from fastapi.responses import JSONResponse
 from planner.actuators.desired import DesiredStore
 
 
-def desired_router(store: DesiredStore) -> APIRouter:
+def desired_router(store: DesiredStore, silent_because: str | None = None) -> APIRouter:
+    """``silent_because``: why nothing is ever published (an actuator kind that acts itself), said in the 503."""
     router = APIRouter()
 
     @router.get("/v1/desired")
@@ -23,7 +24,7 @@ def desired_router(store: DesiredStore) -> APIRouter:
                                  "policy": store.policy}, status_code=404)
         n = store.get(pool)
         if n is None:
-            return JSONResponse({"error": "no decision yet", "pool": pool, "policy": store.policy},
+            return JSONResponse({"error": silent_because or "no decision yet", "pool": pool, "policy": store.policy},
                                 status_code=503)
         return JSONResponse({"desired": n, "pool": pool, "policy": store.policy})
 

@@ -27,6 +27,7 @@ class ActuatorKind:
     help: str
     build: Callable[[ActuatorContext], Actuator]
     needs_api: bool = False  # writes the Kubernetes API (credentials needed unless --dry-run)
+    publishes: bool = False  # serves desired replicas to KEDA / the HPA (/v1/desired, gRPC, the gauge)
 
 
 def _kubernetes(ctx: ActuatorContext) -> Actuator:
@@ -54,9 +55,9 @@ REGISTRY: dict[str, ActuatorKind] = {k.name: k for k in (
     ActuatorKind("kubernetes", "writes each pool's scale subresource (Deployment, StatefulSet, LWS, DGDSA, Grove)",
                  _kubernetes, needs_api=True),
     ActuatorKind("keda", "publishes desired replicas for KEDA (metrics-api /v1/desired, external scaler gRPC)",
-                 _publish("keda")),
+                 _publish("keda"), publishes=True),
     ActuatorKind("hpa", "publishes desired replicas as planner_desired_replicas for an HPA (External metric)",
-                 _publish("hpa")),
+                 _publish("hpa"), publishes=True),
     ActuatorKind("dry-run", "logs what it would do, changes nothing", _dry_run),
 )}
 

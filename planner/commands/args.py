@@ -33,3 +33,33 @@ def positive(flag: str, value: float | None) -> float | None:
     if not math.isfinite(value) or value <= 0:
         raise UserError(f"{flag}: {value:g} must be a finite number > 0")
     return value
+
+
+def parse_models(text: str | None) -> list[str]:
+    """``--models a,b`` -> forecaster names (as given, duplicates dropped); None: ``forecast eval``'s default."""
+    from planner.forecast.registry import DEFAULT_EVAL_MODELS, names
+
+    if text is None:
+        return list(DEFAULT_EVAL_MODELS)
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    if not models:
+        raise UserError(f"--models {text!r}: expected a comma-separated list of model names")
+    for name in models:
+        if name not in names():
+            raise UserError(f"--models: unknown model {name!r}; allowed: {', '.join(names())}")
+    return list(dict.fromkeys(models))
+
+
+def parse_columns(text: str | None) -> dict[str, str] | None:
+    """``--columns arrival=ts,isl=in,osl=out[,time_unit=ms]`` -> dict."""
+    if not text:
+        return None
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        if "=" not in item:
+            raise UserError(f"--columns: {item!r} is not key=value (keys: arrival, isl, osl, time_unit)")
+        k, v = item.split("=", 1)
+        if k.strip() not in ("arrival", "isl", "osl", "time_unit"):
+            raise UserError(f"--columns: unknown key {k.strip()!r}; allowed: arrival, isl, osl, time_unit")
+        out[k.strip()] = v.strip()
+    return out

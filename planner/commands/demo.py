@@ -8,7 +8,7 @@ Dynamo's SLA planner and the oracle, with a report and plots.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,8 +17,13 @@ from rich.rule import Rule
 from planner.catalog import data_dir
 from planner.commands.progress import phase_progress
 
+if TYPE_CHECKING:
+    from planner.config import Policy
+    from planner.profile import Profile
+    from planner.sim.traces import RequestTrace
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+
+def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo_cmd(
         out: Annotated[Path, typer.Option(help="output directory")] = Path("out/demo"),
@@ -31,17 +36,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         """Profile -> plan -> backtest on the embedded Azure trace; writes a report and plots."""
         import numpy as np
 
-        from planner.catalog import load_hardware, load_model
         from planner.commands.args import positive
-        from planner.commands.decide import plan, render
         from planner.config import load_policy
-        from planner.profile import save_profile
-        from planner.profiler.analytical import profile_analytical
-        from planner.profiler.grids import DEFAULT_TP, SweepRequest
-        from planner.profiler.report import render as render_profile
-        from planner.sim.backtest import run_backtest
-        from planner.sim.report import write_report
-        from planner.sim.summary_table import render_summary
         from planner.sim.traces import load_requests
 
         positive("--minutes", minutes)
@@ -55,32 +51,61 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         isl, osl = int(np.mean(tr.isl)), int(np.mean(tr.osl))
 
         console.print(Rule("1. profile"))
-        req = SweepRequest(model="qwen3-32b", gpu="h200", tp=DEFAULT_TP, isl=isl, osl=osl,
-                           ttft_ms=policy.sla.ttft_ms, itl_ms=policy.sla.itl_ms, kv_link_gbps=policy.kv_link.gbps)
-        profile = profile_analytical(load_model("qwen3-32b"), load_hardware("h200"), req)
-        out.mkdir(parents=True, exist_ok=True)
-        profile_path = out / "qwen3-32b-h200.json"
-        save_profile(profile, profile_path)
-        render_profile(profile, console)
+        profile, profile_path = _profile(console, policy, isl, osl, out)
         policy = policy.model_copy(update={"profile": str(profile_path)})
 
         console.print(Rule("2. plan (what-if)"))
-        counts = np.histogram(tr.arrival_s, bins=np.arange(0.0, tr.duration_s + 60.0, 60.0))[0]
-        for label, rate in (("mean", len(tr) / tr.duration_s), ("peak minute", counts.max() / 60.0)):
-            console.print(f"{label} load: {rate:.1f} req/s, ISL {isl}, OSL {osl}")
-            render(plan(policy, profile, rate, isl, osl), policy, console)
+        _plan(console, policy, profile, tr, isl, osl)
 
         console.print(Rule("3. backtest"))
         console.print(f"trace: {trace_path.name}, first {minutes:g} min at rate x{rate_scale:g} "
                       f"({len(tr):,} requests); policy {policy.name}")
         base = [b.strip() for b in baselines.split(",") if b.strip()]
-        with phase_progress(console) as progress:
-            result = run_backtest(tr, profile, policy, baselines=base, progress=progress,
-                                  trace_meta={"format": "azure", "rate_scale": rate_scale, "scale_mode": "superpose",
-                                              "seed": 0, "path": str(trace_path)})
-        paths = write_report(result, out / "backtest", plots=not no_plots)
-        render_summary(result.report, console)
-        console.print(f"SLA: TTFT <= {policy.sla.ttft_ms:g} ms and ITL <= {policy.sla.itl_ms:g} ms; a request counts "
-                      f"when it meets both. Full report: {out / 'backtest' / 'report.md'}")
+        meta = {"format": "azure", "rate_scale": rate_scale, "scale_mode": "superpose", "seed": 0,
+                "path": str(trace_path)}
+        paths = _backtest(console, tr, profile, policy, base, meta, out, no_plots)
         for p in [profile_path, *paths]:
             console.print(f"wrote {p}")
+
+
+def _profile(console: Console, policy: Policy, isl: int, osl: int, out: Path) -> tuple[Profile, Path]:
+    from planner.catalog import load_hardware, load_model
+    from planner.profile import save_profile
+    from planner.profiler.analytical import profile_analytical
+    from planner.profiler.grids import DEFAULT_TP, SweepRequest
+    from planner.profiler.report import render
+
+    req = SweepRequest(model="qwen3-32b", gpu="h200", tp=DEFAULT_TP, isl=isl, osl=osl,
+                       ttft_ms=policy.sla.ttft_ms, itl_ms=policy.sla.itl_ms, kv_link_gbps=policy.kv_link.gbps)
+    profile = profile_analytical(load_model("qwen3-32b"), load_hardware("h200"), req)
+    out.mkdir(parents=True, exist_ok=True)
+    profile_path = out / "qwen3-32b-h200.json"
+    save_profile(profile, profile_path)
+    render(profile, console)
+    return profile, profile_path
+
+
+def _plan(console: Console, policy: Policy, profile: Profile, tr: RequestTrace, isl: int, osl: int) -> None:
+    from planner.commands.render import render_plan
+    from planner.decide.whatif import plan
+    from planner.sim.series import minute_counts
+
+    peak = minute_counts(tr).max()
+    for label, rate in (("mean", len(tr) / tr.duration_s), ("peak minute", peak / 60.0)):
+        console.print(f"{label} load: {rate:.1f} req/s, ISL {isl}, OSL {osl}")
+        render_plan(plan(policy, profile, rate, isl, osl), policy, console)
+
+
+def _backtest(console: Console, tr: RequestTrace, profile: Profile, policy: Policy, base: list[str],
+              meta: dict[str, object], out: Path, no_plots: bool) -> list[Path]:
+    from planner.sim.backtest import run_backtest
+    from planner.sim.report import write_report
+    from planner.sim.summary_table import render_summary
+
+    with phase_progress(console) as progress:
+        result = run_backtest(tr, profile, policy, baselines=base, progress=progress, trace_meta=meta)
+    paths = write_report(result, out / "backtest", plots=not no_plots)
+    render_summary(result.report, console)
+    console.print(f"SLA: TTFT <= {policy.sla.ttft_ms:g} ms and ITL <= {policy.sla.itl_ms:g} ms; a request counts "
+                  f"when it meets both. Full report: {out / 'backtest' / 'report.md'}")
+    return paths

@@ -1,143 +1,44 @@
-"""`planner forecast eval` and `planner bench forecast`."""
+"""`planner forecast eval`: rolling-origin evaluation of forecasters on a trace or series file."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from planner.commands.args import positive
+from planner.commands.args import parse_models, positive
 from planner.errors import UserError
-from planner.sim.traces import open_data_file
 
-EVAL_FORMATS = ("azure", "mooncake", "servegen", "csv")
 TARGETS = ("rate", "isl", "osl")
 DAY_S = 86_400.0
 
 
-# ------------------------------------------------------------------------------------------------ series
-def bin_requests(arrival_s: np.ndarray, isl: np.ndarray, osl: np.ndarray, step_s: float) -> dict[str, np.ndarray]:
-    """Per-request rows -> per-step request rate and mean ISL/OSL (NaN where a step had no request).
-
-    The last, partial step is dropped: its rate would read low only because it was cut short.
-    """
-    span = float(arrival_s[-1]) if len(arrival_s) else 0.0
-    n = int(span // step_s)
-    if n < 2:
-        raise UserError(f"--step-s {step_s:g}: the trace spans {span:g} s, fewer than two steps")
-    idx = (arrival_s // step_s).astype(np.int64)
-    keep = idx < n
-    idx = idx[keep]
-    count = np.bincount(idx, minlength=n).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        isl_mean = np.bincount(idx, weights=isl[keep], minlength=n) / count
-        osl_mean = np.bincount(idx, weights=osl[keep], minlength=n) / count
-    return {"time_s": np.arange(n) * step_s, "rate": count / step_s, "isl": isl_mean, "osl": osl_mean}
-
-
-def read_series_csv(path: Path, column: str | None) -> tuple[np.ndarray, np.ndarray, str]:
-    """A plain series CSV: first column time in seconds, then value columns (``--column`` picks one)."""
-    with open_data_file(path, "--series file") as fh:
-        reader = csv.reader(fh)
-        header = [h.strip() for h in (next(reader, None) or [])]
-        if len(header) < 2:
-            raise UserError(f"{path}:1: expected a header 'time_s,<value column>[,...]', got {header}")
-        col = column or header[1]
-        if col not in header[1:]:
-            raise UserError(f"--column: {col!r} is not a value column of {path}; columns: {', '.join(header[1:])}")
-        ci = header.index(col)
-        times, vals = [], []
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            try:
-                t = float(row[0])
-            except (ValueError, IndexError):
-                raise UserError(f"{path}:{line}: column {header[0]!r} value {row[:1]} is not a number") from None
-            try:
-                v = float(row[ci]) if row[ci].strip() else math.nan  # empty cell = missing sample
-            except (ValueError, IndexError):
-                raise UserError(f"{path}:{line}: column {col!r} value {row[ci:ci + 1]} is not a number") from None
-            times.append(t)
-            vals.append(v)
-    if len(times) < 3:
-        raise UserError(f"{path}: {len(times)} rows; need at least 3")
-    return np.asarray(times), np.asarray(vals), col
-
-
-def load_eval_series(path: Path, fmt: str, step_s: float, column: str | None,
-                     console: Console) -> tuple[dict[str, np.ndarray], float, str]:
-    """{"time_s": ..., target: values} with the step actually used and a one-line description."""
-    if fmt not in EVAL_FORMATS:
-        raise UserError(f"--format: {fmt!r}; allowed: {', '.join(EVAL_FORMATS)}")
-    if not path.exists():
-        raise UserError(f"--series: {path} not found")
-    if fmt == "servegen":
-        from planner.sim.traces import load_rate_windows
-
-        w = load_rate_windows(path)
-        step = float(np.median(w.window_s))
-        if step != step_s:
-            console.print(f"[dim]servegen windows are {step:g} s; using them as given (--step-s {step_s:g} ignored)")
-        return {"time_s": w.window_start_s, "rate": w.rate_rps}, step, f"{path.name}: {len(w)} windows of {step:g} s"
-    if fmt == "csv":
-        t, v, col = read_series_csv(path, column)
-        step = float(np.median(np.diff(t)))
-        return {"time_s": t, "rate": v}, step, f"{path.name}: column {col}, {len(t)} rows, step {step:g} s"
-    from planner.sim.traces import load_requests
-
-    trace = load_requests(path, fmt)
-    series = bin_requests(trace.arrival_s, trace.isl.astype(np.float64), trace.osl.astype(np.float64), step_s)
-    return series, step_s, f"{path.name}: {len(trace)} requests binned into {len(series['rate'])} steps of {step_s:g} s"
-
-
-# ------------------------------------------------------------------------------------------------ eval
-def evaluate_series(times_s: np.ndarray, values: np.ndarray, models: list[str], step_s: float, horizon_s: float,
-                    history_s: float, warmup_s: float, stride: int, label: str,
-                    console: Console) -> dict[str, dict[str, object]]:
-    from planner.forecast import make_forecaster
-    from planner.forecast.evaluate import forecasts_at_origins, origins_for, score, target_indices
-
-    o = origins_for(len(values), step_s, horizon_s, history_s, warmup_s, stride)
-    targets = target_indices(len(values), o)
-    if len(targets) < 5:
-        raise UserError(f"{label}: only {len(targets)} forecast origins after a {warmup_s:g} s warm-up and a "
-                        f"{horizon_s:g} s horizon; use a longer series, a smaller --warmup-s or --horizon-s")
-    y = values[targets]
-    keep = np.isfinite(y)  # a step with no requests has no mean ISL/OSL to score against
-    run_models = ["last-value", *[m for m in models if m != "last-value"]]
-    results = {}
+@contextmanager
+def model_progress(console: Console) -> Iterator[Callable[[str, int], Callable[[], None]]]:
+    """Yields ``start(label, total) -> advance``: one transient bar per model, shown from the first start."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        for name in run_models:
-            task = bar.add_task(f"{label} {name}", total=len(targets))
-            forecaster = make_forecaster(name)
-            def advance(task: TaskID = task) -> None:
-                bar.advance(task)
+    bar = Progress(*columns, console=console, transient=True)
 
-            lat, pred, labels = forecasts_at_origins(times_s, values, forecaster, horizon_s, o, time.perf_counter,
-                                                     advance)
-            results[name] = (lat, pred, labels)
-    lv_pred = results["last-value"][1]["mean"]
-    lv_mae = float(np.mean(np.abs(y[keep] - np.nan_to_num(lv_pred[keep]))))
-    out = {}
-    for name in run_models:
-        if name not in models:
-            continue
-        lat, pred, labels = results[name]
-        sub = {k: v[keep] for k, v in pred.items()}
-        out[name] = score(y[keep], sub, lat, [lab for lab, ok in zip(labels, keep, strict=True) if ok],
-                          lv_mae).as_json()
-    return out
+    def start(label: str, total: int) -> Callable[[], None]:
+        if not bar.live.is_started:
+            bar.start()
+        task = bar.add_task(label, total=total)
+        return lambda: bar.advance(task)
+
+    try:
+        yield start
+    finally:
+        if bar.live.is_started:
+            bar.stop()
 
 
 def render_table(console: Console, title: str, models: dict[str, dict[str, object]]) -> None:
@@ -162,31 +63,17 @@ def render_table(console: Console, title: str, models: dict[str, dict[str, objec
     console.print(table)
 
 
-def parse_models(text: str | None) -> list[str]:
-    from planner.forecast.registry import DEFAULT_EVAL_MODELS, REGISTRY
-
-    if text is None:
-        return list(DEFAULT_EVAL_MODELS)
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    if not names:
-        raise UserError(f"--models {text!r}: expected a comma-separated list of model names")
-    known = set(REGISTRY) | {"last-value"}
-    for name in names:
-        if name not in known:
-            raise UserError(f"--models: unknown model {name!r}; allowed: {', '.join(sorted(known))}")
-    return list(dict.fromkeys(names))
+def _check(step_s: float, horizon_s: float, history_s: float, stride: int, target: str) -> None:
+    positive("--step-s", step_s)
+    positive("--horizon-s", horizon_s)
+    positive("--history-s", history_s)
+    if stride < 1:
+        raise UserError(f"--stride: {stride} must be >= 1")
+    if target not in (*TARGETS, "all"):
+        raise UserError(f"--target: {target!r}; allowed: {', '.join(TARGETS)}, all")
 
 
-# ------------------------------------------------------------------------------------------------ bench
-def synthetic_rate(n: int, step_s: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A daily-shaped Poisson rate around 50 req/s: the shape the controller sees every tick."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(n) * step_s
-    lam = 50.0 * (1.0 + 0.5 * np.sin(2 * np.pi * t / DAY_S))
-    return t, rng.poisson(lam * step_s) / step_s
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     forecast_app = typer.Typer(no_args_is_help=True, help="Forecasters: evaluate them on real series.")
     app.add_typer(forecast_app, name="forecast")
 
@@ -208,29 +95,31 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         out: Annotated[Path | None, typer.Option("--out", help="write the results as JSON")] = None,
     ) -> None:
         """Rolling-origin evaluation: MASE vs last-value, sMAPE, pinball loss, coverage, latency."""
+        from planner.forecast.evaluate import evaluate_series
+        from planner.sim.series import load_eval_series
+
         console = Console()
-        positive("--step-s", step_s)
-        positive("--horizon-s", horizon_s)
-        positive("--history-s", history_s)
-        if stride < 1:
-            raise UserError(f"--stride: {stride} must be >= 1")
-        if target not in (*TARGETS, "all"):
-            raise UserError(f"--target: {target!r}; allowed: {', '.join(TARGETS)}, all")
+        _check(step_s, horizon_s, history_s, stride, target)
         names = parse_models(models)
-        data, step, desc = load_eval_series(series, fmt, step_s, column, console)
+        ev = load_eval_series(series, fmt, step_s, column)
+        if ev.step_s != step_s and fmt == "servegen":
+            console.print(f"[dim]servegen windows are {ev.step_s:g} s; using them as given (--step-s {step_s:g} "
+                          "ignored)")
+        data, step = ev.data, ev.step_s
         targets = [t for t in TARGETS if t in data] if target == "all" else [target]
         if target not in ("rate", "all") and target not in data:
             raise UserError(f"--target {target}: format {fmt} has only a request rate")
         span = float(data["time_s"][-1] - data["time_s"][0])
         warm = min(2 * DAY_S, span / 4) if warmup_s is None else warmup_s
-        console.print(f"{desc}; horizon {horizon_s:g} s ({math.ceil(horizon_s / step - 1e-9)} steps), "
+        console.print(f"{ev.description}; horizon {horizon_s:g} s ({math.ceil(horizon_s / step - 1e-9)} steps), "
                       f"history {history_s:g} s, warm-up {warm:g} s")
         report: dict[str, object] = {"series": str(series), "format": fmt, "step_s": step, "horizon_s": horizon_s,
                                      "history_s": history_s, "warmup_s": warm}
         per_target = {}
         for tgt in targets:
-            res = evaluate_series(data["time_s"], data[tgt], names, step, horizon_s, history_s, warm, stride,
-                                  tgt, console)
+            with model_progress(console) as progress:
+                res = evaluate_series(data["time_s"], data[tgt], names, step, horizon_s, history_s, warm, stride,
+                                      tgt, time.perf_counter, progress)
             render_table(console, f"{series.name} - {tgt} - horizon {horizon_s:g} s", res)
             per_target[tgt] = {"models": res}
         report["models"] = per_target[targets[0]]["models"]
@@ -239,50 +128,3 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         if out is not None:
             out.write_text(json.dumps(report, indent=2) + "\n")
             console.print(f"wrote {out}")
-
-    @bench_app.command("forecast")
-    def bench_forecast(
-        models: Annotated[str | None, typer.Option("--models", help="comma-separated model names")] = None,
-        ticks: Annotated[int, typer.Option(help="control ticks to time per model")] = 300,
-        history_s: Annotated[float, typer.Option("--history-s", help="history per tick (s); the "
-                                                 "policy default is 6 h")] = 6 * 3600.0,
-        step_s: Annotated[float, typer.Option("--step-s", help="tick interval (s)")] = 30.0,
-        horizon_s: Annotated[float, typer.Option("--horizon-s", help="start-up + interval (s)")] = 150.0,
-    ) -> None:
-        """Fit + forecast latency per series and per control tick (5 series x 2 horizons), sliding history."""
-        from planner.forecast import make_forecaster
-
-        console = Console()
-        positive("--history-s", history_s)
-        positive("--step-s", step_s)
-        if ticks < 1:
-            raise UserError(f"--ticks: {ticks} must be >= 1")
-        names = parse_models(models) if models else ["last-value", "ewma", "seasonal-delta-daily", "auto",
-                                                     "arima", "kalman-llt", "holt-winters"]
-        hist = max(2, int(history_s // step_s))
-        # The controller fits five series per tick with one forecaster instance (rate, mean ISL, mean OSL,
-        # prompt tokens/s, output tokens/s) and reads two horizons from each (interval, start-up + interval).
-        series = [synthetic_rate(hist + ticks, step_s, seed) for seed in range(5)]
-        series = [(t, v * scale) for (t, v), scale in zip(series, (1.0, 20.0, 4.0, 1200.0, 200.0), strict=True)]
-        table = Table(title=f"fit+forecast latency: {hist} points of {step_s:g} s, horizons {step_s:g} s and "
-                            f"{horizon_s:g} s, {ticks} ticks", title_justify="left")
-        for col in ("model", "series p50 ms", "series p95 ms", "tick p50 ms", "tick p95 ms", "tick max ms",
-                    "first tick ms"):
-            table.add_column(col, justify="left" if col == "model" else "right")
-        for name in names:
-            forecaster = make_forecaster(name)
-            per_series, per_tick = [], []
-            for i in range(ticks):
-                tick_start = time.perf_counter()
-                for t, v in series:
-                    start = time.perf_counter()
-                    fitted = forecaster.fit(t[i: i + hist], v[i: i + hist])
-                    fitted.forecast(step_s)
-                    fitted.forecast(horizon_s)
-                    per_series.append((time.perf_counter() - start) * 1e3)
-                per_tick.append((time.perf_counter() - tick_start) * 1e3)
-            ms, tk = np.asarray(per_series), np.asarray(per_tick)
-            table.add_row(name, f"{np.percentile(ms, 50):.2f}", f"{np.percentile(ms, 95):.2f}",
-                          f"{np.percentile(tk, 50):.2f}", f"{np.percentile(tk, 95):.2f}", f"{tk.max():.1f}",
-                          f"{tk[0]:.1f}")
-        console.print(table)

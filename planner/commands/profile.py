@@ -1,10 +1,8 @@
-"""`planner profile` and `planner bench profile`."""
+"""`planner profile`: sweep TP sizes, pick the best per stage, write a profile."""
 
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +12,7 @@ from rich.console import Console
 from planner.catalog import load_hardware, load_model
 from planner.commands.args import int_list, positive
 from planner.errors import InfeasibleError, UserError
-from planner.profile import save_profile
+from planner.profile import Profile, save_profile
 from planner.profiler.backends import get_backend
 from planner.profiler.grids import DEFAULT_TP, SweepRequest
 
@@ -38,7 +36,7 @@ def build_request(model: str, gpu: str, tp: str, isl: int, osl: int, ttft_ms: fl
                         device=device, warmup=warmup, iters=iters)
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command("profile")
     def profile_cmd(
         model: Annotated[str, typer.Option(help="shipped model name (e.g. qwen3-32b) or path to a config.json")],
@@ -85,37 +83,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
             for path in write_plots(profile, plots):
                 console.print(f"wrote {path}")
-        sel = profile.selection
-        assert sel is not None
-        missing = [s for s in ("prefill", "decode") if not getattr(sel, s).meets_sla]
-        if missing:
-            detail = "; ".join(f"{s}: {getattr(sel, s).reason}" for s in missing)
-            raise InfeasibleError(f"SLA cannot be met ({detail}). The profile was still written to {out}.")
+        _check_selection(profile, out)
 
-    @bench_app.command("profile")
-    def bench_profile(
-        repeat: Annotated[int, typer.Option(help="sweeps to time")] = 20,
-        measurements: Annotated[Path | None, typer.Option(help="measurement JSON to score against")] = None,
-    ) -> None:
-        """Full default sweep time and the analytical model's error against real H200 measurements."""
-        from planner.profiler.accuracy import default_measurements, score_measurements
-        from planner.profiler.analytical import profile_analytical
 
-        console = Console()
-        spec, hw = load_model("qwen3-32b"), load_hardware("h200")
-        req = SweepRequest(model="qwen3-32b", gpu="h200", tp=DEFAULT_TP, isl=4000, osl=500, ttft_ms=500, itl_ms=30)
-        times = []
-        for _ in range(max(1, repeat)):
-            start = time.perf_counter()
-            profile_analytical(spec, hw, req)
-            times.append(time.perf_counter() - start)
-        console.print(f"analytical sweep (qwen3-32b, h200, TP 1,2,4,8, default grids): median "
-                      f"{statistics.median(times) * 1e3:.1f} ms, worst {max(times) * 1e3:.1f} ms over {len(times)} runs")
-        path = measurements or default_measurements()
-        if path is None or not Path(path).exists():
-            console.print("no measurement file found (shared/measurements/h200/qwen3-8b.json); skipping accuracy")
-            return
-        score = score_measurements(Path(path))
-        for stage, errs in score.items():
-            console.print(f"{stage:>7} vs {Path(path).name}: {len(errs)} points, median |error| "
-                          f"{statistics.median(errs):.1%}, worst {max(errs):.1%}")
+def _check_selection(profile: Profile, out: Path) -> None:
+    sel = profile.selection
+    assert sel is not None
+    missing = [s for s in ("prefill", "decode") if not getattr(sel, s).meets_sla]
+    if missing:
+        detail = "; ".join(f"{s}: {getattr(sel, s).reason}" for s in missing)
+        raise InfeasibleError(f"SLA cannot be met ({detail}). The profile was still written to {out}.")

@@ -14,7 +14,7 @@ from rich.console import Console
 from planner.errors import UserError
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
         policy: Annotated[Path, typer.Option(help="policy YAML (policies/example.yaml documents every field)")],

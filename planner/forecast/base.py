@@ -62,16 +62,3 @@ class LastValue:
 
     def fit(self, times_s: History, values: History) -> Fitted:
         return _LastValueFitted(prepare(times_s, values))
-
-
-def make_forecaster(name: str, **options: float) -> Forecaster:
-    """Forecaster by name. The forecasting module extends the registry in ``planner.forecast.registry``."""
-    try:
-        from planner.forecast.registry import REGISTRY
-    except ModuleNotFoundError:
-        REGISTRY = {}
-    if name == "last-value":
-        return LastValue()
-    if name in REGISTRY:
-        return REGISTRY[name](**options)
-    raise ValueError(f"unknown forecaster {name!r}; known: {', '.join(['last-value', *sorted(REGISTRY)])}")

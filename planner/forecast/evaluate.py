@@ -1,4 +1,4 @@
-"""Rolling-origin evaluation of forecasters on one series (used by ``planner forecast eval``).
+"""Rolling-origin evaluation of forecasters on one series (``planner forecast eval``).
 
 At every origin the forecaster sees only the history window that ends at the origin (as the controller
 does each tick) and forecasts ``horizon_s`` ahead; the target is the observed value ``ceil(horizon_s /
@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.errors import UserError
 from planner.forecast.base import Forecaster
+from planner.forecast.registry import make_forecaster
+
+# Given a task's label and its number of steps, returns the callback to call after each step.
+ProgressFactory = Callable[[str, int], Callable[[], None]]
 
 
 @dataclass(frozen=True)
@@ -118,3 +123,37 @@ def score(y: np.ndarray, pred: dict[str, np.ndarray], lat_s: np.ndarray, labels:
         coverage_09=float(np.mean(y <= q9 + 1e-12)),
         latency_ms_p50=float(np.percentile(ms, 50)), latency_ms_p95=float(np.percentile(ms, 95)),
         latency_ms_max=float(ms.max()), origins=len(y), fallbacks=int(len(y) - pred["ok"].sum()), chosen=chosen)
+
+
+def evaluate_series(times_s: np.ndarray, values: np.ndarray, models: list[str], step_s: float, horizon_s: float,
+                    history_s: float, warmup_s: float, stride: int, label: str, timer: Callable[[], float],
+                    progress: ProgressFactory | None = None) -> dict[str, dict[str, object]]:
+    """Score ``models`` on one series at the same origins: model name -> ``ModelScore.as_json()``.
+
+    Last-value always runs (it is MASE's denominator) but is reported only when asked for. Steps whose
+    target is NaN (no requests, so no mean length) are left out of every score.
+    """
+    o = origins_for(len(values), step_s, horizon_s, history_s, warmup_s, stride)
+    targets = target_indices(len(values), o)
+    if len(targets) < 5:
+        raise UserError(f"{label}: only {len(targets)} forecast origins after a {warmup_s:g} s warm-up and a "
+                        f"{horizon_s:g} s horizon; use a longer series, a smaller warmup_s or horizon_s",
+                        mentions=("warmup_s", "horizon_s"))
+    y = values[targets]
+    keep = np.isfinite(y)  # a step with no requests has no mean ISL/OSL to score against
+    run_models = ["last-value", *[m for m in models if m != "last-value"]]
+    results = {}
+    for name in run_models:
+        advance = progress(f"{label} {name}", len(targets)) if progress is not None else None
+        results[name] = forecasts_at_origins(times_s, values, make_forecaster(name), horizon_s, o, timer, advance)
+    lv_pred = results["last-value"][1]["mean"]
+    lv_mae = float(np.mean(np.abs(y[keep] - np.nan_to_num(lv_pred[keep]))))
+    out = {}
+    for name in run_models:
+        if name not in models:
+            continue
+        lat, pred, labels = results[name]
+        sub = {k: v[keep] for k, v in pred.items()}
+        out[name] = score(y[keep], sub, lat, [lab for lab, ok in zip(labels, keep, strict=True) if ok],
+                          lv_mae).as_json()
+    return out

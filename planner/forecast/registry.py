@@ -1,6 +1,9 @@
-"""Forecaster names -> factories. These names are a contract (policies, CLI ``--models``): add, never rename.
+"""Forecaster names -> constructors: the one list of models. These names are a contract (policies,
+``planner forecast eval --models``): add, never rename.
 
-``make_forecaster(name, **options)`` (base.py) looks names up here; options go to the factory.
+``names()`` is what configuration validation and the CLI offer; ``make_forecaster(name, **options)``
+builds one (options go to the constructor); ``DEFAULT_EVAL_MODELS`` is what ``forecast eval`` runs when
+no models are named.
 """
 
 from __future__ import annotations
@@ -30,3 +33,14 @@ REGISTRY: dict[str, Callable[..., Forecaster]] = {
 DEFAULT_EVAL_MODELS = ("last-value", "moving-average", "ewma", "holt", "seasonal-naive-daily",
                        "seasonal-delta-daily", "holt-winters", "arima", "kalman-llt", "auto")
 
+
+def names() -> tuple[str, ...]:
+    """Every forecaster name, sorted (the allowed values of a policy's ``forecast.model``)."""
+    return tuple(sorted(REGISTRY))
+
+
+def make_forecaster(name: str, **options: float) -> Forecaster:
+    """Forecaster by name; an unknown name is a ValueError that lists the allowed ones."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown forecaster {name!r}; known: {', '.join(names())}")
+    return REGISTRY[name](**options)

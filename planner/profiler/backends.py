@@ -23,7 +23,7 @@ def _torch(model: ModelSpec, hw: HardwareSpec, req: SweepRequest) -> Profile:
         from planner.profiler import torch_backend
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("planner"):
-            raise UserError("--backend torch: not available in this build") from None
+            raise UserError("backend torch: not available in this build", key="backend") from None
         raise
     return torch_backend.profile_torch(model, hw, req)
 
@@ -36,5 +36,5 @@ def get_backend(name: str) -> Backend:
     if name in BACKENDS:
         return BACKENDS[name]
     if name in PLANNED:
-        raise UserError(f"--backend {name!r} is not implemented yet; available: {', '.join(BACKENDS)}")
-    raise UserError(f"--backend {name!r}: unknown; allowed: {', '.join(BACKENDS)}")
+        raise UserError(f"backend {name!r} is not implemented yet; available: {', '.join(BACKENDS)}", key="backend")
+    raise UserError(f"backend {name!r}: unknown; allowed: {', '.join(BACKENDS)}", key="backend")

@@ -43,8 +43,8 @@ def _import_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise UserError("--backend torch needs PyTorch, which is not installed; install the extra: "
-                        "pip install 'planner[torch]'") from None
+        raise UserError("backend torch needs PyTorch, which is not installed; install the extra: "
+                        "pip install 'planner[torch]'", key="backend") from None
     return torch
 
 
@@ -54,10 +54,11 @@ def resolve_device(torch: Any, device: str) -> str:
     if kind == "cpu":
         return "cpu"
     if kind != "cuda":
-        raise UserError(f"--device {device!r}: allowed: cuda, cpu")
+        raise UserError(f"device {device!r}: allowed: cuda, cpu", key="device")
     if not torch.cuda.is_available():
-        raise UserError(f"--device cuda: no CUDA GPU visible to PyTorch {torch.__version__} "
-                        f"(CUDA build: {torch.version.cuda or 'none'}); run on a GPU machine or use --device cpu")
+        raise UserError(f"device cuda: no CUDA GPU visible to PyTorch {torch.__version__} "
+                        f"(CUDA build: {torch.version.cuda or 'none'}); run on a GPU machine or use device cpu",
+                        key="device", mentions=("device",))
     return "cuda:0"
 
 
@@ -115,20 +116,26 @@ def runnable_tps(torch: Any, device: str, tps: tuple[int, ...]) -> tuple[list[in
     return [t for t in tps if t <= n], [t for t in tps if t > n]
 
 
+def _check_request(model: ModelSpec, req: SweepRequest) -> None:
+    if req.warmup < 0 or req.iters < 1:
+        raise UserError(f"warmup {req.warmup} / iters {req.iters}: need warmup >= 0 and iters >= 1",
+                        key="warmup", mentions=("warmup", "iters"))
+    if model.is_moe or model.kv_lora_rank:
+        raise UserError(f"model {model.name}: the torch backend builds dense GQA decoders only (no MoE, no MLA)",
+                        key="model")
+
+
 def profile_torch(model: ModelSpec, hw: HardwareSpec, req: SweepRequest) -> Profile:
     torch = _import_torch()
     from planner.profiler.torch_measure import MeasureConfig, RankResult, measure_rank
 
-    if req.warmup < 0 or req.iters < 1:
-        raise UserError(f"--warmup {req.warmup} / --iters {req.iters}: need warmup >= 0 and iters >= 1")
-    if model.is_moe or model.kv_lora_rank:
-        raise UserError(f"--model {model.name}: the torch backend builds dense GQA decoders only (no MoE, no MLA)")
+    _check_request(model, req)
     device = resolve_device(torch, req.device)
     isl_grid, batch_grid, ctx_grid = req.grids(model.max_context_tokens)
     tps, missing = runnable_tps(torch, device, req.tp)
     if not tps:
-        raise UserError(f"--tp {','.join(map(str, req.tp))}: this machine has {torch.cuda.device_count()} GPU(s); "
-                        "pass TP sizes up to that")
+        raise UserError(f"tp {','.join(map(str, req.tp))}: this machine has {torch.cuda.device_count()} GPU(s); "
+                        "pass TP sizes up to that", key="tp")
     err = Console(stderr=True)
     if missing:
         err.print(f"torch backend: skipping TP {', '.join(map(str, missing))} "
@@ -160,8 +167,9 @@ def profile_torch(model: ModelSpec, hw: HardwareSpec, req: SweepRequest) -> Prof
                                         Path(tmp), os.environ.get(RAW_LOG_ENV))
             except Exception as exc:  # noqa: BLE001 - one TP failing must not lose the others' measurements
                 if len(tps) == 1 and isinstance(exc, torch.OutOfMemoryError):
-                    raise UserError(f"--model {model.name} at TP {tp}: out of {device} memory "
-                                    f"({str(exc).splitlines()[0]}); use a larger TP or smaller grids") from None
+                    raise UserError(f"model {model.name} at TP {tp}: out of {device} memory "
+                                    f"({str(exc).splitlines()[0]}); use a larger TP or smaller grids",
+                                    key="model") from None
                 if len(tps) == 1:
                     raise
                 failed.append(f"tp {tp}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -196,6 +204,6 @@ def build_profile(model: ModelSpec, hw: HardwareSpec, req: SweepRequest, results
         notes.append(f"not run: tp {', '.join(map(str, missing_tps))} (more GPUs than the machine has)")
     notes += [f"failed: {f}" for f in failed]
     if not sweeps:
-        raise UserError(f"--model {model.name}: no TP size produced both prefill and decode points; "
-                        + "; ".join(notes[2:]))
+        raise UserError(f"model {model.name}: no TP size produced both prefill and decode points; "
+                        + "; ".join(notes[2:]), key="model")
     return assemble(model, hw, req, sweeps, backend="torch", software=software, notes="; ".join(notes))

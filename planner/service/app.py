@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from planner.service.signals import SignalStatus
+from planner.signals import SignalStatus
 
 
 def readiness_body(status: SignalStatus | None) -> tuple[int, dict]:

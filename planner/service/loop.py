@@ -73,6 +73,7 @@ class ControlLoop:
         self.store = store or DesiredStore(policy.name, policy.pool_names())
         self.elector = elector
         self.logger = logger
+        self.actuator_kind: str = policy.actuator.kind  # what answers KEDA (runner: "dry-run" under --dry-run)
         self.ticks = 0
         self._read_s: float | None = None
         self.last: TickResult | None = None

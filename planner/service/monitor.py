@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from planner.service.signals import (
+from planner.signals import (
     SignalStatus,
     SignalTracker,
     log_changes,

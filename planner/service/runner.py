@@ -16,6 +16,7 @@ from typing import Any
 from planner.actuators.desired import DesiredStore
 from planner.actuators.factory import load_api_client, make_actuator, needs_api
 from planner.actuators.keda_http import desired_router
+from planner.actuators.registry import REGISTRY
 from planner.actuators.targets import targets_from_policy
 from planner.clock import Clock, SystemClock
 from planner.errors import UserError
@@ -72,9 +73,11 @@ def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = N
         identity = opts.identity or os.environ.get("HOSTNAME") or socket.gethostname()
         duration = opts.lease_duration_s or max(15.0, 3.0 * policy.interval_s)
         elector = LeaseElector(api_client, opts.lease_name, namespace, identity, duration)
-    return ControlLoop(policy, make_planner_controller(policy, profile), source, actuator, metrics,
+    loop = ControlLoop(policy, make_planner_controller(policy, profile), source, actuator, metrics,
                        clock or SystemClock(), monitor=MissingSignalMonitor.for_policy(policy, metrics),
                        store=store, elector=elector)
+    loop.actuator_kind = "dry-run" if opts.dry_run else policy.actuator.kind
+    return loop
 
 
 def _own_namespace(policy) -> str:  # noqa: ANN001
@@ -88,7 +91,10 @@ def create_service_app(loop: ControlLoop) -> Any:
     from planner.service.app import create_app
 
     app = create_app(loop.metrics.registry, loop.monitor.status, title=f"planner {loop.name}")
-    app.include_router(desired_router(loop.store))
+    kind = loop.actuator_kind
+    silent = None if REGISTRY[kind].publishes else (f"actuator kind {kind!r} does not publish desired replicas "
+                                                   "(KEDA and HPA read them with kind keda or hpa)")
+    app.include_router(desired_router(loop.store, silent))
     return app
 
 
@@ -122,7 +128,7 @@ class GrpcThread:
         self._thread.start()
         self._ready.wait(20)
         if self._error is not None:
-            raise UserError(f"--grpc-port {self.port}: cannot start the external scaler ({self._error})")
+            raise UserError(f"grpc_port {self.port}: cannot start the external scaler ({self._error})", key="grpc_port")
         return self
 
     def stop(self) -> None:

@@ -156,15 +156,16 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     seconds run every policy into its own steady state (and give forecasters history) but are not scored."""
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
-        raise UserError(f"--baselines: unknown {', '.join(unknown)}; allowed: {', '.join(BASELINES)}")
+        raise UserError(f"baselines: unknown {', '.join(unknown)}; allowed: {', '.join(BASELINES)}", key="baselines")
     startup = float(policy.startup_s if startup_s is None else startup_s)
     if not math.isfinite(startup) or startup < 0:
-        raise UserError(f"--startup-s: {startup!r} must be >= 0")
+        raise UserError(f"startup_s: {startup!r} must be >= 0", key="startup_s")
     config = SimConfig(mode=policy.mode, link_bytes_per_s=gbps_to_bytes_per_s(policy.kv_link.gbps), startup_s=startup,
                        kill=kill)
     check_trace(trace, profile, config)
     if not math.isfinite(warmup_s) or not 0 <= warmup_s < trace.duration_s:
-        raise UserError(f"--warmup-s: {warmup_s!r} must be >= 0 and shorter than the trace ({trace.duration_s:.0f} s)")
+        raise UserError(f"warmup_s: {warmup_s!r} must be >= 0 and shorter than the trace ({trace.duration_s:.0f} s)",
+                        key="warmup_s")
     timings: dict[str, float] = {}
     schedule: OracleSchedule | None = None
     if any(REGISTRY[b].needs_schedule for b in baselines):

@@ -21,7 +21,7 @@ bound below it (the lower bound in the same report is that).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,9 +29,7 @@ import numpy as np
 from planner.config import Policy
 from planner.profile import Profile
 from planner.sim.baselines.common import gpus_per_replica, make_decision
-from planner.sim.cluster import SimConfig
-from planner.sim.replay import Replay, replay
-from planner.sim.traces import RequestTrace
+from planner.sim.replay import Replay
 from planner.types import Decision, NoData, Observation, Reason
 
 NAME = "offline"

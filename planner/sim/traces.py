@@ -309,7 +309,7 @@ def synthesise_from_rates(windows: RateWindows, isl_dist: LengthDist = DEFAULT_I
                           osl_dist: LengthDist = DEFAULT_OSL, cv: float = 1.0, seed: int = 0) -> RequestTrace:
     """Arrivals per window (Poisson for cv=1, Gamma renewal otherwise) at the window's rate."""
     if cv <= 0:
-        raise UserError(f"--cv: {cv} must be > 0")
+        raise UserError(f"cv: {cv} must be > 0", key="cv")
     rng = np.random.default_rng(seed)
     parts = [_gamma_arrivals(rng, float(r), float(s), float(w), cv)
              for s, w, r in zip(windows.window_start_s, windows.window_s, windows.rate_rps, strict=True)]
@@ -380,9 +380,9 @@ def scale_rate(trace: RequestTrace, rate_scale: float, mode: str = "superpose", 
     (the same requests, faster; the load shape is squeezed in time too).
     """
     if not math.isfinite(rate_scale) or rate_scale <= 0:
-        raise UserError(f"--rate-scale: {rate_scale!r} must be a finite number > 0")
+        raise UserError(f"rate_scale: {rate_scale!r} must be a finite number > 0", key="rate_scale")
     if mode not in SCALE_MODES:
-        raise UserError(f"--scale-mode: {mode!r} is not one of {', '.join(SCALE_MODES)}")
+        raise UserError(f"scale_mode: {mode!r} is not one of {', '.join(SCALE_MODES)}", key="scale_mode")
     if rate_scale == 1.0 or len(trace) == 0:
         return trace
     if mode == "compress":
@@ -418,7 +418,7 @@ def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, st
     """Load a trace, optionally cut to [start_s, start_s + duration_s) (trace time), then scale its rate."""
     p = Path(path)
     if fmt not in FORMATS:
-        raise UserError(f"--format: {fmt!r} is not a known trace format; allowed: {', '.join(FORMATS)}")
+        raise UserError(f"format: {fmt!r} is not a known trace format; allowed: {', '.join(FORMATS)}", key="format")
     if fmt == "azure":
         trace = _read_csv(p, {"arrival": "TIMESTAMP", "isl": "ContextTokens", "osl": "GeneratedTokens"},
                           "datetime", str(p))
@@ -446,7 +446,7 @@ def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, st
         expected = float(np.sum(windows.rate_rps * windows.window_s))
         if expected > MAX_SYNTH_REQUESTS:
             raise UserError(f"{p}: synthesising {expected:,.0f} requests exceeds {MAX_SYNTH_REQUESTS:,}; "
-                            f"cut the span with --start-s/--duration-s")
+                            f"cut the span with start_s/duration_s", mentions=("start_s", "duration_s"))
         trace = synthesise_from_rates(windows, seed=seed)
         if synth_note:
             trace = RequestTrace(trace.arrival_s, trace.isl, trace.osl, trace.source, _join(trace.notes, synth_note))
@@ -455,10 +455,10 @@ def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, st
         unit = cols.pop("time_unit", "s")
         missing = [k for k in ("arrival", "isl", "osl") if k not in cols]
         if missing:
-            raise UserError(f"--columns: format {fmt} needs a mapping for {', '.join(missing)} "
-                            f"(e.g. arrival=ts,isl=prompt_tokens,osl=output_tokens)")
+            raise UserError(f"columns: format {fmt} needs a mapping for {', '.join(missing)} "
+                            f"(e.g. arrival=ts,isl=prompt_tokens,osl=output_tokens)", key="columns")
         if unit not in (*_UNIT_S, "datetime"):
-            raise UserError(f"--columns: time_unit {unit!r}; allowed: s, ms, us, datetime")
+            raise UserError(f"columns: time_unit {unit!r}; allowed: s, ms, us, datetime", key="columns")
         reader = _read_csv if fmt == "csv" else _read_jsonl
         trace = reader(p, cols, unit, str(p))
     if start_s is not None or duration_s is not None:
@@ -468,19 +468,4 @@ def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, st
         trace = RequestTrace(cut.arrival_s - lo, cut.isl, cut.osl, cut.source,
                              _join(cut.notes, f"cut to trace time [{lo:g}, {hi:g}) s"))
     return scale_rate(trace, rate_scale, scale_mode, seed)
-
-
-def parse_columns(text: str | None) -> dict[str, str] | None:
-    """``arrival=ts,isl=in,osl=out[,time_unit=ms]`` -> dict (CLI helper)."""
-    if not text:
-        return None
-    out: dict[str, str] = {}
-    for item in text.split(","):
-        if "=" not in item:
-            raise UserError(f"--columns: {item!r} is not key=value (keys: arrival, isl, osl, time_unit)")
-        k, v = item.split("=", 1)
-        if k.strip() not in ("arrival", "isl", "osl", "time_unit"):
-            raise UserError(f"--columns: unknown key {k.strip()!r}; allowed: arrival, isl, osl, time_unit")
-        out[k.strip()] = v.strip()
-    return out
 

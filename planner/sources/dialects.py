@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.errors import UserError
+
 
 @dataclass(frozen=True)
 class Ratio:
@@ -119,13 +121,18 @@ TRTLLM = Dialect(
     itl_note="TRT-LLM has no ITL histogram: TPOT (one observation per request) stands in, request-weighted",
 )
 
+# The one list of engine dialects: `--dialect`, a policy's ``metrics.dialect`` and the docs offer these.
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (VLLM, SGLANG, DYNAMO, TRTLLM)}
+
+
+def dialect_names() -> tuple[str, ...]:
+    """Every dialect name, in the order the help text lists them."""
+    return tuple(DIALECTS)
 
 
 def get_dialect(name: str) -> Dialect:
     try:
         return DIALECTS[name]
     except KeyError:
-        from planner.errors import UserError
-
-        raise UserError(f"--dialect {name!r}: unknown; allowed: {', '.join(DIALECTS)}") from None
+        allowed = ", ".join(dialect_names())
+        raise UserError(f"dialect {name!r}: unknown; allowed: {allowed}", key="dialect") from None

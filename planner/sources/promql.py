@@ -31,7 +31,7 @@ _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"^\{{(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?\}}$")
 
 
-def check_selector(selector: str, what: str = "--selector") -> str:
+def check_selector(selector: str, what: str = "selector") -> str:
     """Return the selector normalised to ``{...}`` or ``""``; raise ValueError naming what is allowed."""
     s = selector.strip()
     if s in ("", "{}"):

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from planner.types import Applied
+from planner.types import Actuator, Applied
 
 
 class RecordingActuator:
-    """Holds replica counts per pool like a tiny cluster; ``fail_next`` makes the next N applies raise."""
+    """Holds replica counts per pool like a tiny cluster; ``fail_next`` makes the next N applies raise.
 
-    def __init__(self, initial: Mapping[str, int] | None = None) -> None:
+    With ``inner`` it records and then hands every apply on (a real actuator observed by a test)."""
+
+    def __init__(self, initial: Mapping[str, int] | None = None, inner: Actuator | None = None) -> None:
+        self.inner = inner
         self.current: dict[str, int] = dict(initial or {})
         self.calls: list[dict[str, int]] = []
         self.writes: list[dict[str, int]] = []
@@ -22,6 +25,8 @@ class RecordingActuator:
         if self.fail_next > 0:
             self.fail_next -= 1
             raise self.error
+        if self.inner is not None:
+            return self.inner.apply(targets)
         before: dict[str, int | None] = {p: self.current.get(p) for p in targets}
         moved = {p: n for p, n in targets.items() if before[p] != n}
         if moved:

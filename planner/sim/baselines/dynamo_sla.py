@@ -29,7 +29,7 @@ class DynamoSLAController:
     def __init__(self, policy: Policy, profile: Profile, initial: Mapping[str, int], interval_s: float = 180.0,
                  predictor: str = "constant") -> None:
         if predictor not in ("constant", "arima"):
-            raise UserError(f"--dynamo-predictor: {predictor!r}; allowed: constant, arima")
+            raise UserError(f"dynamo_predictor: {predictor!r}; allowed: constant, arima", key="dynamo_predictor")
         self.name = "dynamo-sla"
         self.policy = policy
         self.interval_s = interval_s
@@ -45,7 +45,7 @@ class DynamoSLAController:
         if self.predictor == "constant" or len(self.history) < 4:
             return req, isl, osl
         # Dynamo's ARIMA option, via the project's forecaster registry; constant on any failure.
-        from planner.forecast.base import make_forecaster
+        from planner.forecast import make_forecaster
 
         times = [h[0] for h in self.history]
         out = []

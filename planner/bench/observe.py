@@ -1,6 +1,6 @@
 """`planner bench observe`: time Observation reads for one policy against a real Prometheus.
 
-Without ``--prometheus`` it brings up the whole read path on loopback: a local Prometheus (Debian
+Without a Prometheus URL it brings up the whole read path on loopback: a local Prometheus (Debian
 binary) scraping two emulated vLLM engines (prefill and decode) under light traffic.
 """
 
@@ -56,27 +56,30 @@ def _time_reads(console: Console, source: PrometheusSource, reads: int, window_s
                   f"over {len(times_ms)} reads; outcomes {dict(outcomes)}")
 
 
-def run_bench(console: Console, prometheus: str | None, policy: Path | None, reads: int, window_s: float) -> None:
-    if prometheus is not None:
-        if policy is not None:
-            from planner.config import load_policy
+def _source(url: str, policy: Path | None) -> PrometheusSource:
+    if policy is None:
+        return PrometheusSource(url, "vllm", DEFAULT_SELECTORS)
+    from planner.config import load_policy
 
-            source = PrometheusSource.from_policy(load_policy(policy), url=prometheus)
-        else:
-            source = PrometheusSource(prometheus, "vllm", DEFAULT_SELECTORS)
-        with source:
+    return PrometheusSource.from_policy(load_policy(policy), url=url)
+
+
+def run(console: Console, prometheus: str | None, policy: Path | None, reads: int, window_s: float) -> None:
+    """Time ``reads`` reads against ``prometheus`` (a URL), or against a local one with two emulated pools."""
+    if prometheus is not None:
+        with _source(prometheus, policy) as source:
             _time_reads(console, source, reads, window_s)
         return
 
     from planner.emulator.app import create_app, engine_model_for
     from planner.profile import load_profile
     from planner.service.background import BackgroundServer
-    from planner.sources.local_prometheus import LocalPrometheus, Target, free_port, prometheus_binary
+    from planner.testing.local_prometheus import LocalPrometheus, Target, free_port, prometheus_binary
 
     if prometheus_binary() is None:
-        raise UserError("no prometheus binary: apt-get install -y prometheus, or pass --prometheus URL")
-    profile_path = Path(__file__).resolve().parents[2] / "profiles" / "h200" / "qwen3-0.6b.json"
-    profile = load_profile(profile_path)
+        raise UserError("prometheus: no URL given and no prometheus binary to start a local one "
+                        "(apt-get install -y prometheus)", key="prometheus")
+    profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "h200" / "qwen3-0.6b.json")
     ports = {"prefill": free_port(), "decode": free_port()}
     servers = [BackgroundServer(create_app(engine_model_for(profile, role), "qwen3-0.6b", time_scale=0.2),
                                 port=port) for role, port in ports.items()]
@@ -90,13 +93,7 @@ def run_bench(console: Console, prometheus: str | None, policy: Path | None, rea
         worker = threading.Thread(target=_traffic, args=([s.url for s in servers], stop), daemon=True)
         worker.start()
         time.sleep(4.0)  # a few scrapes with traffic in them
-        if policy is not None:
-            from planner.config import load_policy
-
-            source = PrometheusSource.from_policy(load_policy(policy), url=prom.url)
-        else:
-            source = PrometheusSource(prom.url, "vllm", DEFAULT_SELECTORS)
-        with source:
+        with _source(prom.url, policy) as source:
             _time_reads(console, source, reads, window_s)
     finally:
         stop.set()

@@ -1,4 +1,4 @@
-"""Turning CLI arguments into a PrometheusSource, and an Observation into the contract's JSON."""
+"""`planner observe`: its flags -> what a PrometheusSource needs, and an Observation -> the contract's JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import UserError
-from planner.sources.dialects import DIALECTS
+from planner.sources.dialects import dialect_names
 from planner.sources.promql import check_selector, merge_selectors
 from planner.types import NoData, Observation, PoolObservation
 
@@ -35,7 +35,7 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
     if stale_after_s is not None and (not math.isfinite(stale_after_s) or stale_after_s <= 0):
         raise UserError(f"--stale-after-s: {stale_after_s:g} must be a finite number > 0")
     try:
-        extra = check_selector(selector or "")
+        extra = check_selector(selector or "", "--selector")
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if policy is not None:
@@ -62,8 +62,8 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
         stale = stale_after_s or 60.0
     if not url.startswith(("http://", "https://")):
         raise UserError(f"--prometheus {url!r}: expected an http:// or https:// URL")
-    if dialect not in DIALECTS:
-        raise UserError(f"--dialect {dialect!r}: allowed {', '.join(DIALECTS)}")
+    if dialect not in dialect_names():
+        raise UserError(f"--dialect {dialect!r}: allowed {', '.join(dialect_names())}")
     return ObserveArgs(url, dialect, selectors, window_s, timeout_s, stale)
 
 

@@ -1,0 +1,95 @@
+"""`planner bench ...`: each command parses its flags and runs one harness from planner/bench/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from planner.commands.args import parse_models, positive
+from planner.errors import UserError
+
+
+def bench_profile(
+    repeat: Annotated[int, typer.Option(help="sweeps to time")] = 20,
+    measurements: Annotated[Path | None, typer.Option(help="measurement JSON to score against")] = None,
+) -> None:
+    """Full default sweep time and the analytical model's error against real H200 measurements."""
+    from planner.bench import profile
+
+    profile.run(Console(), repeat, measurements)
+
+
+def bench_sim(
+    trace: Annotated[Path | None, typer.Option(help="trace (default: shared Azure conv)")] = None,
+    rate_scale: Annotated[float, typer.Option("--rate-scale")] = 10.0,
+    profile: Annotated[Path | None, typer.Option(help="profile (default profiles/h200/qwen3-32b.json)")] = None,
+    mode: Annotated[str, typer.Option(help="disaggregated | aggregated")] = "disaggregated",
+    repeat: Annotated[int, typer.Option(help="runs to time (best is reported)")] = 3,
+) -> None:
+    """Simulated requests per second of the cluster simulator (goal >= 50,000 on 2 cores)."""
+    from planner.bench import sim
+
+    path = trace or sim.DEFAULT_TRACE
+    if not path.exists():
+        raise UserError(f"{path}: trace not found (pass --trace)")
+    sim.run(Console(), path, rate_scale, profile or sim.DEFAULT_PROFILE, mode, repeat)
+
+
+def bench_decide(
+    policy: Annotated[Path, typer.Option(help="policy YAML")] = Path("policies/example.yaml"),
+    ticks: Annotated[int, typer.Option(help="decide() calls per scenario")] = 5000,
+) -> None:
+    """decide() latency over a day of varying load (goal: p99 <= 1 ms)."""
+    from planner.bench import decide
+
+    if ticks < 10:
+        raise UserError(f"--ticks: {ticks} must be >= 10")
+    decide.run(Console(), policy, ticks)
+
+
+def bench_forecast(
+    models: Annotated[str | None, typer.Option("--models", help="comma-separated model names")] = None,
+    ticks: Annotated[int, typer.Option(help="control ticks to time per model")] = 300,
+    history_s: Annotated[float, typer.Option("--history-s", help="history per tick (s); the "
+                                             "policy default is 6 h")] = 6 * 3600.0,
+    step_s: Annotated[float, typer.Option("--step-s", help="tick interval (s)")] = 30.0,
+    horizon_s: Annotated[float, typer.Option("--horizon-s", help="start-up + interval (s)")] = 150.0,
+) -> None:
+    """Fit + forecast latency per series and per control tick (5 series x 2 horizons), sliding history."""
+    from planner.bench import forecast
+
+    positive("--history-s", history_s)
+    positive("--step-s", step_s)
+    if ticks < 1:
+        raise UserError(f"--ticks: {ticks} must be >= 1")
+    names = parse_models(models) if models else list(forecast.DEFAULT_MODELS)
+    forecast.run(Console(), names, ticks, history_s, step_s, horizon_s)
+
+
+def bench_observe(
+    prometheus: Annotated[str | None, typer.Option("--prometheus", help="existing Prometheus; default: "
+                                                   "start one with two emulated pools")] = None,
+    policy: Annotated[Path | None, typer.Option(help="policy YAML (pools, selectors, dialect)")] = None,
+    reads: Annotated[int, typer.Option(help="reads to time")] = 200,
+    window_s: Annotated[float, typer.Option("--window-s")] = 60.0,
+) -> None:
+    """Observation read latency (p50/p99) for one policy against a real Prometheus."""
+    from planner.bench import observe
+    from planner.testing.local_prometheus import prometheus_binary
+
+    if reads < 1:
+        raise UserError(f"--reads {reads}: must be >= 1")
+    if prometheus is None and prometheus_binary() is None:
+        raise UserError("no prometheus binary: apt-get install -y prometheus, or pass --prometheus URL")
+    observe.run(Console(), prometheus, policy, reads, window_s)
+
+
+def register(bench_app: typer.Typer) -> None:
+    bench_app.command("profile")(bench_profile)
+    bench_app.command("sim")(bench_sim)
+    bench_app.command("decide")(bench_decide)
+    bench_app.command("forecast")(bench_forecast)
+    bench_app.command("observe")(bench_observe)

@@ -1,0 +1,50 @@
+"""`planner emulate`: an OpenAI-compatible engine whose timing comes from a profile, with vLLM metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from planner.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("emulate")
+    def emulate_cmd(
+        profile: Annotated[Path, typer.Option(help="profile JSON (planner profile)")],
+        role: Annotated[str, typer.Option(help="prefill | decode | aggregated")] = "aggregated",
+        port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+        host: Annotated[str, typer.Option(help="bind address")] = "127.0.0.1",
+        time_scale: Annotated[float, typer.Option("--time-scale", help="wall seconds per profile second "
+                                                  "(0.1 = ten times faster)")] = 1.0,
+        model_name: Annotated[str | None, typer.Option("--model-name", help="served model name "
+                                                       "(default: the profile's model)")] = None,
+        max_model_len: Annotated[int, typer.Option("--max-model-len", help="context limit (token "
+                                                   "histogram buckets)")] = 32768,
+    ) -> None:
+        """Serve an OpenAI-compatible engine whose timing comes from a profile, with vLLM metrics."""
+        import uvicorn
+
+        from planner.emulator.app import ROLES, create_app, engine_model_for
+        from planner.profile import load_profile
+
+        if role not in ROLES:
+            raise UserError(f"--role {role!r}: allowed {', '.join(ROLES)}")
+        if not 0 < port < 65536:
+            raise UserError(f"--port {port}: must be in 1..65535")
+        if not 0 < time_scale <= 100:
+            raise UserError(f"--time-scale {time_scale:g}: must be in (0, 100]")
+        if max_model_len < 1:
+            raise UserError(f"--max-model-len {max_model_len}: must be >= 1")
+        prof = load_profile(profile)
+        try:
+            model = engine_model_for(prof, role)
+        except KeyError as exc:
+            raise UserError(f"{profile}: {exc.args[0]}") from None
+        app_ = create_app(model, model_name or prof.model.name, time_scale, max_model_len)
+        Console(stderr=True).print(f"emulating {prof.model.name} ({role}) on http://{host}:{port} "
+                                   f"(time scale {time_scale:g})")
+        uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
