@@ -1,7 +1,9 @@
-"""The simulator checked against facts: profile timings, KV link physics, overload, billing, Little's law."""
+"""The simulator checked against facts: profile timings, KV link physics, overload, billing, Little's law;
+and its parts (link, fleet, token-gap records) one at a time."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from pathlib import Path
 
@@ -11,7 +13,12 @@ import pytest
 from planner.perf.engine import EngineModel
 from planner.profile import Profile, load_profile
 from planner.sim.cluster import Cluster, SimConfig
+from planner.sim.events import EventQueue
+from planner.sim.fleet import Fleet
+from planner.sim.kv_link import KvTransfers
 from planner.sim.metrics import SimActuator, SimMetricSource
+from planner.sim.replicas import DRAINING, GONE, READY, DecodeReplica, PrefillReplica, Replica
+from planner.sim.request_log import RequestLog
 from planner.sim.traces import RequestTrace, constant
 from planner.types import NoData, Observation
 
@@ -128,7 +135,7 @@ def test_kill_mode_fails_in_flight_work(big: Profile) -> None:
     c.apply({"decode": 0})
     c.run_until(math.inf)
     c.fail_unfinished()
-    assert c.failed_n == 2 and np.all(c.results()["failed"])
+    assert c.failed_count == 2 and np.all(c.results()["failed"])
 
 
 def test_littles_law_on_a_long_run(big: Profile) -> None:
@@ -160,7 +167,7 @@ def test_aggregated_mode_serves_everything(big: Profile) -> None:
     tr = constant(10.0, 120.0, isl=800, osl=100, seed=2)
     c = _run(tr, big, {"aggregated": 2}, mode="aggregated")
     r = c.results()
-    assert c.done == len(tr) and not r["failed"].any()
+    assert c.completed_count == len(tr) and not r["failed"].any()
     eng = _engine(big)
     # prefill piggy-backs on decode steps: TTFT at least the prompt's own compute
     assert np.all(r["ttft_s"] >= eng.prefill_batch_s([(0, 800)]) * 0.99)
@@ -207,5 +214,99 @@ def test_requests_waiting_for_a_starting_replica_are_served_once_it_is_ready(big
     c.apply({pool: 1 for pool in sizes})
     c.run_until(math.inf)
     r = c.results()
-    assert c.done == len(tr) and not r["failed"].any()
+    assert c.completed_count == len(tr) and not r["failed"].any()
     assert np.all(r["ttft_s"] > 0)
+
+
+def test_a_requests_largest_token_gap_is_the_slowest_stretch_it_lived_through(big: Profile) -> None:
+    # A decodes alone, then 40 short requests join (batch 41: the slowest steps of the run) and leave before A.
+    tr = _trace([0.0] + [1.0] * 40, [1000] + [100] * 40, [400] + [30] * 40)
+    c = _run(tr, big, {"prefill": 1, "decode": 1}, link_bytes_per_s=FAST_LINK)
+    r = c.results()
+    slowest = max(step_s for _, step_s, _ in c.log.token_gaps)
+    assert np.all(r["itl_max_s"] == slowest)
+    assert r["itl_mean_s"][0] < 0.95 * slowest  # A spent most of its life in faster steps
+    assert r["itl_mean_s"][-1] == pytest.approx(slowest, rel=0.01)  # a short one lived only through the slow ones
+
+
+def _run_events(events: EventQueue, until_s: float = math.inf) -> None:
+    while events.heap and events.heap[0][0] <= until_s:
+        at_s, _, handler, replica, version = heapq.heappop(events.heap)
+        handler(replica, version, at_s)
+
+
+def test_link_shares_its_bandwidth_equally_between_concurrent_transfers() -> None:
+    # 1,000 B/s; A (1,000 B) starts at 0 and has 500 B at 0.5 when B (3,000 B) starts. Sharing, each gets 500 B/s:
+    # A is done at 0.5 + 500 / 500 = 1.5; B then has 500 B and the whole link: done at 1.5 + 2,500 / 1,000 = 4.0.
+    events = EventQueue()
+    log = RequestLog(_trace([0.0, 0.5], [1000, 3000], [1, 1]))
+    arrived: list[tuple[int, float]] = []
+    link = KvTransfers(events, log, 1.0, 1000.0, lambda req, now_s: arrived.append((req, now_s)),
+                       lambda replica, now_s: None)
+    prefill = PrefillReplica(1, "prefill", 1, 0.0, 0.0)
+    link.start(prefill, [0], 0.0)
+    _run_events(events, until_s=0.5)
+    link.start(prefill, [1], 0.5)
+    _run_events(events)
+    assert arrived == [(0, pytest.approx(1.5)), (1, pytest.approx(4.0))]
+    assert log.decode_arrival_s == [pytest.approx(1.5), pytest.approx(4.0)] and log.decode_arrival_request == [0, 1]
+
+
+def _fleet(kill: bool = False) -> tuple[Fleet, list[tuple[int, int]], RequestLog]:
+    log = RequestLog(_trace([0.0] * 4, [100] * 4, [10] * 4))
+    fleet = Fleet(("prefill", "decode"), {"prefill": 1, "decode": 2}, 60.0, kill, 1000, EventQueue(), log)
+    routed: list[tuple[int, int]] = []  # (replica id, request) handed to a stage
+
+    def take(replica: Replica, req: int, now_s: float) -> None:
+        routed.append((replica.replica_id, req))
+
+    fleet.attach(take, take)
+    return fleet, routed, log
+
+
+def _ready_decode(fleet: Fleet, outstanding: list[int]) -> list[DecodeReplica]:
+    replicas = []
+    for n in outstanding:
+        replica = fleet.add("decode", 0.0, 0.0)
+        fleet.make_ready(replica, 0.0)
+        assert isinstance(replica, DecodeReplica)
+        replica.outstanding_sequences = replica.batch = n
+        replicas.append(replica)
+    return replicas
+
+
+def test_fleet_routes_a_sequence_to_the_replica_with_the_fewest_and_holds_it_while_none_is_ready() -> None:
+    fleet, routed, _ = _fleet()
+    _, light, _ = _ready_decode(fleet, [5, 2, 7])
+    fleet.route_sequence(0, 1.0)
+    assert routed == [(light.replica_id, 0)]
+    fleet, routed, _ = _fleet()
+    starting = fleet.add("decode", 60.0, 0.0)
+    fleet.route_sequence(3, 1.0)
+    assert routed == [] and fleet.gauges("decode")["queue"] == 1
+    fleet.make_ready(starting, 60.0)
+    assert routed == [(starting.replica_id, 3)] and fleet.gauges("decode")["queue"] == 0
+
+
+def test_scale_down_takes_starting_replicas_first_then_the_least_loaded_ready_ones() -> None:
+    fleet, _, _ = _fleet()
+    loaded, idle, light = _ready_decode(fleet, [4, 0, 2])
+    starting = [fleet.add("decode", 60.0, 10.0) for _ in range(2)]
+    assert fleet.apply({"decode": 2}, 20.0) == {"prefill": 0, "decode": 5}
+    assert [r.state for r in starting] == [GONE, GONE] and idle.state == GONE  # empty: gone without draining
+    assert fleet.apply({"decode": 1}, 30.0) == {"prefill": 0, "decode": 2}
+    assert light.state == DRAINING and loaded.state == READY  # it holds sequences: it drains
+    light.batch = light.outstanding_sequences = 0
+    fleet.retire_if_drained(light, 40.0)
+    assert light.state == GONE and light.gone_s == 40.0
+    g = fleet.gauges("decode")
+    assert (g["starting"], g["ready"], g["draining"], g["gpus"]) == (0, 1, 0, 2)
+    assert fleet.gpu_seconds(100.0) == pytest.approx(2 * (100.0 + 20.0 + 40.0 + 2 * 10.0))
+
+
+def test_kill_mode_fails_what_the_removed_replica_held() -> None:
+    fleet, _, log = _fleet(kill=True)
+    (replica,) = _ready_decode(fleet, [0])
+    replica.waiting.extend([1, 2])
+    fleet.apply({"decode": 0}, 5.0)
+    assert replica.state == GONE and log.failed == [False, True, True, False] and log.failed_count == 2

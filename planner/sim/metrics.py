@@ -49,26 +49,26 @@ class SimMetricSource:
     def latency(self, window_s: float, now_s: float) -> tuple[tuple[float, float, float] | None,
                                                               tuple[float, float, float] | None]:
         """(TTFT p50, p95, mean) and (ITL p50, p95, mean) in ms over the window, or None when empty."""
-        c = self.c
+        log = self.c.log
         lo_t = now_s - window_s
-        lo = bisect_left(c.arr, lo_t - TTFT_LOOKBACK_S)
-        hi = bisect_right(c.arr, now_s)
-        first = np.asarray(c.first_s[lo:hi], dtype=np.float64)
-        arr = np.asarray(c.arr[lo:hi], dtype=np.float64)
+        lo = bisect_left(log.arrival_s, lo_t - TTFT_LOOKBACK_S)
+        hi = bisect_right(log.arrival_s, now_s)
+        first = np.asarray(log.first_token_s[lo:hi], dtype=np.float64)
+        arr = np.asarray(log.arrival_s[lo:hi], dtype=np.float64)
         with np.errstate(invalid="ignore"):
             mask = (first > lo_t) & (first <= now_s)
         ttft = _pcts((first[mask] - arr[mask]) * 1e3)
-        a = bisect_right(c.segs, (lo_t, math.inf, 0))
-        b = bisect_right(c.segs, (now_s, math.inf, 0))
+        a = bisect_right(log.token_gaps, (lo_t, math.inf, 0))
+        b = bisect_right(log.token_gaps, (now_s, math.inf, 0))
         if b > a:
-            seg = np.asarray(c.segs[a:b], dtype=np.float64)
+            seg = np.asarray(log.token_gaps[a:b], dtype=np.float64)
             itl = _pcts(seg[:, 1] * 1e3, seg[:, 2])
         else:
             itl = None
         return ttft, itl
 
     def read(self, window_s: float, now_s: float) -> Observation | NoData:
-        c = self.c
+        c, log = self.c, self.c.log
         if now_s < window_s - 1e-9:
             return NoData(NoDataReason.EMPTY, f"less than one {window_s:g} s window since the replay began",
                           now_s)
@@ -76,14 +76,14 @@ class SimMetricSource:
         pools: dict[str, PoolObservation] = {}
         for pool in c.pools:
             if pool == "decode":
-                a = bisect_right(c.dec_in_s, now_s - window_s)
-                b = bisect_right(c.dec_in_s, now_s)
-                reqs: list[int] | range = c.dec_in_req[a:b]
+                a = bisect_right(log.decode_arrival_s, now_s - window_s)
+                b = bisect_right(log.decode_arrival_s, now_s)
+                reqs: list[int] | range = log.decode_arrival_request[a:b]
             else:  # the front pool's arrivals are the trace's (request id = arrival order)
-                reqs = range(bisect_right(c.arr, now_s - window_s), bisect_right(c.arr, now_s))
+                reqs = range(bisect_right(log.arrival_s, now_s - window_s), bisect_right(log.arrival_s, now_s))
             n = len(reqs)
-            isl_mean = float(np.mean([c.isl[i] for i in reqs])) if n else None
-            osl_mean = float(np.mean([c.osl[i] for i in reqs])) if n else None
+            isl_mean = float(np.mean([log.isl[i] for i in reqs])) if n else None
+            osl_mean = float(np.mean([log.osl[i] for i in reqs])) if n else None
             g = c.gauges(pool)
             kv = g["kv_usage"]
             pools[pool] = PoolObservation(

@@ -77,7 +77,7 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
     if progress is not None:
         progress(last_arrival)
     return Replay(controller.name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets,
-                  cluster.failed_n, decisions, score_from_s)
+                  cluster.failed_count, decisions, score_from_s)
 
 
 def _sample(cluster: Cluster, source: SimMetricSource, t: float, window_s: float) -> dict[str, float]:
