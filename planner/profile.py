@@ -18,6 +18,7 @@ from pydantic import (
 
 from planner.errors import UserError
 from planner.perf.curves import DecodeCurve, PrefillCurve
+from planner.types import Mode
 
 SCHEMA = "planner.profile/v1"
 
@@ -111,7 +112,7 @@ class StageSelection(_Strict):
 
 
 class DisaggregationAdvice(_Strict):
-    mode: Literal["aggregated", "disaggregated"]
+    mode: Mode
     kv_bytes: float
     link_bytes_per_s: float
     transfer_ms: float

@@ -15,17 +15,17 @@ from planner.sim.backtest import fluid_initial
 from planner.sim.cluster import Cluster, SimConfig
 from planner.sim.series import minute_counts
 from planner.sim.traces import RequestTrace, load_requests
+from planner.types import Mode
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TRACE = REPO.parent / "shared" / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 DEFAULT_PROFILE = REPO / "profiles/h200/qwen3-32b.json"
-MODES = ("disaggregated", "aggregated")
+MODES = tuple(Mode)
 
 
 def peak_sizes(tr: RequestTrace, prof: Profile, mode: str) -> dict[str, int]:
     """Pool sizes for the trace's busiest minute, so the run is a realistic (not overloaded) cluster."""
-    pools = ({"prefill": {"max_replicas": 10_000}, "decode": {"max_replicas": 10_000}} if mode == "disaggregated"
-             else {"aggregated": {"max_replicas": 10_000}})
+    pools = {p.value: {"max_replicas": 10_000} for p in Mode(mode).pools}
     pol = Policy.model_validate({"name": "bench", "mode": mode, "profile": "-", "pools": pools})
     peak_minute = float(np.argmax(minute_counts(tr)) * 60.0)
     peak = tr.window(peak_minute, peak_minute + 60.0)
@@ -41,7 +41,7 @@ def run(console: Console, trace: Path, rate_scale: float, profile: Path, mode: s
     sizes = peak_sizes(tr, prof, mode)
     best = best_cpu = float("inf")
     for _ in range(max(1, repeat)):
-        c = Cluster(tr, prof, SimConfig(mode=mode), sizes)
+        c = Cluster(tr, prof, SimConfig(mode=Mode(mode)), sizes)
         t0, c0 = time.perf_counter(), time.process_time()
         c.run_until(float("inf"))
         best = min(best, time.perf_counter() - t0)

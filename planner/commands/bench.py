@@ -10,6 +10,7 @@ from rich.console import Console
 
 from planner.commands.args import parse_models, positive
 from planner.errors import UserError
+from planner.types import Mode
 
 
 def bench_profile(
@@ -26,7 +27,7 @@ def bench_sim(
     trace: Annotated[Path | None, typer.Option(help="trace (default: shared Azure conv)")] = None,
     rate_scale: Annotated[float, typer.Option("--rate-scale")] = 10.0,
     profile: Annotated[Path | None, typer.Option(help="profile (default profiles/h200/qwen3-32b.json)")] = None,
-    mode: Annotated[str, typer.Option(help="disaggregated | aggregated")] = "disaggregated",
+    mode: Annotated[str, typer.Option(help=" | ".join(Mode))] = Mode.DISAGGREGATED.value,
     repeat: Annotated[int, typer.Option(help="runs to time (best is reported)")] = 3,
 ) -> None:
     """Simulated requests per second of the cluster simulator (goal >= 50,000 on 2 cores)."""

@@ -9,13 +9,14 @@ import typer
 from rich.console import Console
 
 from planner.errors import UserError
+from planner.types import Pool
 
 
 def register(app: typer.Typer) -> None:
     @app.command("emulate")
     def emulate_cmd(
         profile: Annotated[Path, typer.Option(help="profile JSON (planner profile)")],
-        role: Annotated[str, typer.Option(help="prefill | decode | aggregated")] = "aggregated",
+        role: Annotated[str, typer.Option(help=" | ".join(Pool))] = Pool.AGGREGATED.value,
         port: Annotated[int, typer.Option(help="TCP port")] = 8000,
         host: Annotated[str, typer.Option(help="bind address")] = "127.0.0.1",
         time_scale: Annotated[float, typer.Option("--time-scale", help="wall seconds per profile second "

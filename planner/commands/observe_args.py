@@ -10,7 +10,7 @@ from typing import Any
 from planner.errors import UserError
 from planner.sources.dialects import dialect_names
 from planner.sources.promql import check_selector, merge_selectors
-from planner.types import NoData, Observation, PoolObservation
+from planner.types import NoData, Observation, Pool, PoolObservation
 
 POOL_FIELDS = ("requests", "rate_rps", "isl_mean", "osl_mean", "ttft_ms_p50", "ttft_ms_p95", "itl_ms_p50",
                "itl_ms_p95", "queue", "running", "kv_usage", "ttft_ms_mean", "itl_ms_mean", "ready_replicas")
@@ -57,7 +57,7 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
     else:
         if prometheus is None:
             raise UserError("--prometheus URL is required (or --policy FILE with metrics.url)")
-        url, selectors = prometheus, {"aggregated": extra}
+        url, selectors = prometheus, {Pool.AGGREGATED: extra}
         dialect = dialect or "vllm"
         stale = stale_after_s or 60.0
     if not url.startswith(("http://", "https://")):

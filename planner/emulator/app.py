@@ -19,9 +19,10 @@ from planner.emulator.text import count_prompt_tokens, output_word
 from planner.emulator.vllm_metrics import VllmMetrics
 from planner.perf.engine import EngineModel
 from planner.profile import Profile
+from planner.types import Pool
 
 DEFAULT_MAX_TOKENS = 16
-ROLES = ("prefill", "decode", "aggregated")
+ROLES = tuple(Pool)
 
 
 def engine_model_for(profile: Profile, role: str) -> EngineModel:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.types import Mode
+
 # Named links in bytes per second (one direction). "1gbe-measured" is the 104 MB/s seen in practice on a
 # 1 GbE-class link, the figure behind the 0.6B example above.
 LINKS_BYTES_PER_S: dict[str, float] = {
@@ -37,7 +39,7 @@ def transfer_s(isl: float, kv_bytes_per_token: float, link_bytes_per_s: float, c
 
 @dataclass(frozen=True)
 class DisaggAdvice:
-    mode: str  # "aggregated" | "disaggregated"
+    mode: Mode
     kv_bytes: float
     transfer_ms: float
     prefill_ms: float
@@ -62,15 +64,15 @@ def advise(isl: float, kv_bytes_per_token: float, link_bytes_per_s: float, prefi
     budget = max(0.0, ttft_target_ms - prefill_ms)
     steps = prefill_ms / itl_target_ms
     if t_ms > TRANSFER_BUDGET_SHARE * budget:
-        mode = "aggregated"
+        mode = Mode.AGGREGATED
         reason = (f"KV transfer {t_ms:.1f} ms exceeds {TRANSFER_BUDGET_SHARE:.0%} of the {budget:.0f} ms TTFT "
                   f"budget left after prefill: the link is too slow for disaggregation")
     elif steps < INTERFERENCE_BREAK_EVEN:
-        mode = "aggregated"
+        mode = Mode.AGGREGATED
         reason = (f"one prefill ({prefill_ms:.1f} ms) stalls decode for only {steps:.1f} ITL budgets "
                   f"(< {INTERFERENCE_BREAK_EVEN:g}): chunked prefill in one pool is as good and simpler")
     else:
-        mode = "disaggregated"
+        mode = Mode.DISAGGREGATED
         reason = (f"one prefill ({prefill_ms:.1f} ms) would stall decode for {steps:.1f} ITL budgets, and the "
                   f"KV transfer adds only {t_ms:.1f} ms of TTFT")
     return DisaggAdvice(mode, kv_bytes, t_ms, prefill_ms, ttft_target_ms, steps, reason)

@@ -31,7 +31,7 @@ from planner.sim.cluster import SimConfig
 from planner.sim.oracle import OracleSchedule, compute_oracle
 from planner.sim.replay import Replay, replay
 from planner.sim.traces import RequestTrace
-from planner.types import Controller
+from planner.types import Controller, Mode, Pool
 
 BASELINES = tuple(REGISTRY)
 MET_ITL = "request mean ITL ((last token - first token) / (OSL - 1)) <= sla.itl_ms"
@@ -71,7 +71,7 @@ def fluid_initial(trace: RequestTrace, profile: Profile, policy: Policy, horizon
     batch = max(1, dc.max_batch_meeting(policy.sla.itl_ms, isl + osl / 2))
     p = rate * isl / (pc.tokens_per_s_per_gpu(isl) * pc.gpus) / 0.7
     d = rate * osl / (dc.tokens_per_s_per_gpu(batch, isl + osl / 2) * dc.gpus) / 0.7
-    need = {"prefill": p, "decode": d} if policy.mode != "aggregated" else {"aggregated": p + d}
+    need = {Pool.PREFILL: p, Pool.DECODE: d} if policy.mode is Mode.DISAGGREGATED else {Pool.AGGREGATED: p + d}
     return {k: min(policy.pool(k).max_replicas, max(policy.pool(k).min_replicas, math.ceil(v)))
             for k, v in need.items()}
 

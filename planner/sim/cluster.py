@@ -44,13 +44,14 @@ from planner.sim.prefill import PrefillStage
 from planner.sim.request_log import RequestLog
 from planner.sim.step_timing import StepTiming
 from planner.sim.traces import RequestTrace
+from planner.types import Mode, Pool
 
 __all__ = ["Cluster", "SimConfig"]
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    mode: str = "disaggregated"  # or "aggregated"
+    mode: Mode = Mode.DISAGGREGATED
     link_bytes_per_s: float = gbps_to_bytes_per_s(400.0)
     startup_s: float = 120.0
     kill: bool = False
@@ -66,11 +67,11 @@ class Cluster:
     def __init__(self, trace: RequestTrace, profile: Profile, config: SimConfig,
                  initial: Mapping[str, int], initial_ready: bool = True) -> None:
         self.config = config
-        self.aggregated = config.mode == "aggregated"
+        self.aggregated = config.mode == Mode.AGGREGATED
         prefill_curve = profile.prefill_curve(config.prefill_tp or profile.selected_tp("prefill"))
         decode_curve = profile.decode_curve(config.decode_tp or profile.selected_tp("decode"))
-        self.gpus = {"prefill": prefill_curve.gpus, "decode": decode_curve.gpus, "aggregated": decode_curve.gpus}
-        self.pools = ("aggregated",) if self.aggregated else ("prefill", "decode")
+        self.gpus: dict[str, int] = {Pool.PREFILL: prefill_curve.gpus, Pool.DECODE: decode_curve.gpus, Pool.AGGREGATED: decode_curve.gpus}
+        self.pools = Mode(config.mode).pools
         self.log = RequestLog(trace)
         self.now = 0.0
         self.next_arrival = 0  # the next trace request to arrive

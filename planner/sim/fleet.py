@@ -25,6 +25,7 @@ from typing import cast
 from planner.sim.events import EventQueue
 from planner.sim.replicas import DRAINING, GONE, READY, STARTING, DecodeReplica, PrefillReplica, Replica
 from planner.sim.request_log import RequestLog
+from planner.types import Pool
 
 _QUEUED_TOKENS = attrgetter("queued_tokens")
 _OUTSTANDING_SEQUENCES = attrgetter("outstanding_sequences")
@@ -48,7 +49,7 @@ class Fleet:
         self._events = events
         self._log = log
         self._last_replica_id = 0
-        sequence_pool = "aggregated" if "aggregated" in pools else "decode"
+        sequence_pool = Pool.AGGREGATED if Pool.AGGREGATED in pools else Pool.DECODE
         self._prefill_ready = cast("list[PrefillReplica]", self.ready.get("prefill", []))
         self._prefill_pending = self.pending.get("prefill", deque())
         self._sequence_ready = cast("list[DecodeReplica]", self.ready[sequence_pool])

@@ -106,7 +106,7 @@ class SimActuator:
 
     def apply(self, targets: Mapping[str, int]) -> Applied:
         before = self.c.apply(targets)
-        after = {p: self.c.active(p) for p in self.c.pools}
+        after: dict[str, int] = {p: self.c.active(p) for p in self.c.pools}
         changed = any(before[p] != after[p] for p in self.c.pools)
         self.changes += int(changed)
         return Applied(before=before, after=after, changed=changed)

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 
 from planner.config import Policy
 from planner.profile import Profile
-from planner.types import Decision, PoolDecision, Reason
+from planner.types import Decision, Pool, PoolDecision, Reason
 
 
 def gpus_per_replica(policy: Policy, profile: Profile) -> dict[str, int]:
     p = profile.prefill_curve(profile.selected_tp("prefill")).gpus
     d = profile.decode_curve(profile.selected_tp("decode")).gpus
-    return {"prefill": p, "decode": d, "aggregated": d}
+    return {Pool.PREFILL: p, Pool.DECODE: d, Pool.AGGREGATED: d}
 
 
 def clamp_pool(policy: Policy, pool: str, n: int) -> tuple[int, tuple[Reason, ...]]:
