@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,12 @@ def _row(pid: int, title: str, y: int) -> dict[str, Any]:
 
 
 def panels() -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
     n = iter(range(1, 100))
+    return [*_load_and_replicas(n), *_latency_and_decisions(n), *_health(n)]
+
+
+def _load_and_replicas(n: Iterator[int]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     out.append(_row(next(n), "Load", 0))
     out.append(_panel(next(n), "Offered load vs forecast", [
         (f"planner_observed_rate_rps{{{P}}}", "observed {{pool}}"),
@@ -73,6 +78,11 @@ def panels() -> list[dict[str, Any]]:
         (f"planner_gpus_in_use{{{P}}}", "in use (ready)"),
         (f"planner_gpus_desired{{{P}}}", "desired"),
     ], (16, 10, 8, 8)))
+    return out
+
+
+def _latency_and_decisions(n: Iterator[int]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     out.append(_row(next(n), "Latency vs SLA", 18))
     out.append(_panel(next(n), "TTFT p95: observed vs predicted vs SLA", [
         (f'planner_observed_ttft_seconds{{{P},stat="p95"}}', "observed p95 {{pool}}"),
@@ -103,6 +113,11 @@ def panels() -> list[dict[str, Any]]:
         (f"planner_calibration_factor{{{P}}}", "{{factor}}"),
     ], (16, 28, 8, 8), min_=None, description="Observed/predicted correction applied to the profile "
                                               "(bounded; 1 = trust the profile)."))
+    return out
+
+
+def _health(n: Iterator[int]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     out.append(_row(next(n), "Health", 36))
     out.append(_panel(next(n), "Readiness", [
         (f"planner_ready{{{P}}}", "ready"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from planner.profile import Profile
 
@@ -16,9 +17,19 @@ def write_plots(profile: Profile, out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = f"{profile.model.name} on {profile.hardware.gpu} ({profile.provenance.backend})"
-    sel = profile.selection
-    paths: list[Path] = []
+    paths = []
+    for filename, draw in (("ttft_vs_isl.png", _ttft_vs_isl), ("itl_vs_batch.png", _itl_vs_batch),
+                           ("throughput_vs_latency.png", _frontier)):
+        fig = draw(plt, profile, name)
+        fig.tight_layout()
+        fig.savefig(out / filename, dpi=110)
+        plt.close(fig)
+        paths.append(out / filename)
+    return paths
 
+
+def _ttft_vs_isl(plt: Any, profile: Profile, name: str) -> Any:
+    sel = profile.selection
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for sweep in profile.prefill:
         ax.plot([p.isl for p in sweep.points], [p.ttft_ms for p in sweep.points], marker="o", label=f"TP{sweep.tp}")
@@ -28,12 +39,16 @@ def write_plots(profile: Profile, out_dir: str | Path) -> list[Path]:
     ax.set(xscale="log", yscale="log", xlabel="ISL (tokens)", ylabel="prefill TTFT (ms)", title=f"TTFT vs ISL - {name}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    paths.append(out / "ttft_vs_isl.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    return fig
 
-    contexts = sorted({p.context_tokens for s in profile.decode for p in s.points})
+
+def _contexts(profile: Profile) -> list[int]:
+    return sorted({p.context_tokens for s in profile.decode for p in s.points})
+
+
+def _itl_vs_batch(plt: Any, profile: Profile, name: str) -> Any:
+    sel = profile.selection
+    contexts = _contexts(profile)
     fig, axes = plt.subplots(1, len(profile.decode), figsize=(4.2 * len(profile.decode), 4), sharey=True,
                              squeeze=False)
     for ax, dsweep in zip(axes[0], profile.decode, strict=True):
@@ -48,11 +63,12 @@ def write_plots(profile: Profile, out_dir: str | Path) -> list[Path]:
     axes[0][0].set_ylabel("ITL (ms)")
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"ITL vs batch per context - {name}")
-    paths.append(out / "itl_vs_batch.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    return fig
 
+
+def _frontier(plt: Any, profile: Profile, name: str) -> Any:
+    sel = profile.selection
+    contexts = _contexts(profile)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     for sweep in profile.prefill:
         ax1.plot([p.ttft_ms for p in sweep.points], [p.tokens_per_s_per_gpu for p in sweep.points], marker="o",
@@ -71,8 +87,4 @@ def write_plots(profile: Profile, out_dir: str | Path) -> list[Path]:
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
         ax.legend()
-    paths.append(out / "throughput_vs_latency.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
+    return fig
