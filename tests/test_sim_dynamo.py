@@ -372,3 +372,17 @@ def test_dynamo_sla_is_an_honestly_labelled_alias() -> None:
     assert type(alias) is type(real) is DynamoThroughputController
     assert alias.name == real.name == "dynamo-throughput"
     assert "alias of dynamo-throughput" in REGISTRY["dynamo-sla"].help
+
+
+def test_cli_refuses_an_unmodelled_predictor(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from planner.cli import run
+
+    data = yaml.safe_load((REPO / "policies/example.yaml").read_text())
+    data["profile"] = str(REAL_PROFILE)
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "t.csv").write_text("t,isl,osl\n" + "".join(f"{i * 0.5},500,50\n" for i in range(40)))
+    rc = run(["backtest", "--trace", str(tmp_path / "t.csv"), "--format", "csv", "--columns",
+              "arrival=t,isl=isl,osl=osl", "--profile", str(REAL_PROFILE), "--policy", str(tmp_path / "policy.yaml"),
+              "--out", str(tmp_path / "o"), "--baselines", "dynamo-throughput", "--dynamo-predictor", "prophet"])
+    assert rc == 2
+    assert "'prophet'; allowed: constant, arima, kalman" in capsys.readouterr().err

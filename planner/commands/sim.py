@@ -32,9 +32,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                 "compress (divide times by K)")] = "superpose",
         startup_s: Annotated[float | None, typer.Option("--startup-s", help="replica start-up seconds "
                                                         "(default: the policy's startup_s)")] = None,
-        baselines: Annotated[str, typer.Option(help="comma-separated: static,reactive,dynamo-sla,oracle,"
-                                               "clairvoyant (the planner fed the true future load; empty: none)")]
-        = "static,reactive,dynamo-sla,oracle,clairvoyant",
+        baselines: Annotated[str, typer.Option(help="comma-separated: static,reactive,dynamo-throughput,"
+                                               "dynamo-load,oracle,clairvoyant (the planner fed the true future "
+                                               "load; empty: none); dynamo-sla: deprecated alias of "
+                                               "dynamo-throughput")]
+        = "static,reactive,dynamo-throughput,dynamo-load,oracle,clairvoyant",
         kill: Annotated[bool, typer.Option("--kill", help="scale-down kills in-flight work (counted failed) "
                                            "instead of draining")] = False,
         seed: Annotated[int, typer.Option(help="seed for rate scaling and synthesis")] = 0,
@@ -48,7 +50,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         workers: Annotated[int | None, typer.Option(help="processes for the oracle search")] = None,
         no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
         dynamo_predictor: Annotated[str, typer.Option("--dynamo-predictor",
-                                                      help="dynamo-sla's predictor: constant | arima")] = "constant",
+                                                      help="dynamo-throughput's load predictor: constant | "
+                                                      "arima | kalman (Dynamo's own default is arima)")] = "constant",
         warmup_s: Annotated[float, typer.Option("--warmup-s", help="run the N s of trace before --start-s "
                                                 "unscored first, so every policy enters the scored window "
                                                 "from its own state and history")] = 0.0,
