@@ -10,7 +10,8 @@ metrics by PR #7351 a month later). Files:
 - ``.../utils/planner_core.py`` (002a7c31): ``observe_engine_load_stats`` (prefill: x = active prefill tokens +
   last ISL, y = last TTFT in ms; decode: x = active decode blocks, y = last ITL in ms; a point only when both are
   positive), ``_loadbased_loop`` (applies with ``blocking=True``);
-- ``.../utils/prefill_planner.py`` (002a7c31), ``.../utils/decode_planner.py`` (stored version 0ff50012):
+- ``.../utils/prefill_planner.py`` (002a7c31), ``.../utils/decode_planner.py`` (read at 0ff50012, the nearest
+  stored version; it reads the most recent rather than the averaged per-worker sample, moot here):
   ``loadbased_plan_adjustment``: target = x at the SLA (prefill: minus the mean ISL); +1 replica when *every*
   worker is above the target; -1 when there is more than one and every worker is below
   ``target x (N - 1) / N x sensitivity / 100``; decode skips when its target is <= 0;

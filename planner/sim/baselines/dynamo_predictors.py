@@ -1,8 +1,8 @@
 """NVIDIA Dynamo's load predictors (``--load-predictor``), re-expressed for the ``dynamo-*`` baselines.
 
-Followed: ``components/src/dynamo/planner/utils/load_predictor.py`` in ai-dynamo/dynamo (the version stored at
-commit 0ff50012, whose predictors match the argparse-era planner at 002a7c31 that the baselines follow; see
-``dynamo_throughput.py`` for the version note). Each predictor is fed one point per adjustment interval and
+Followed: ``components/src/dynamo/planner/utils/load_predictor.py`` in ai-dynamo/dynamo, read at commit 0ff50012
+(the nearest stored version to the 002a7c31 planner the baselines follow; version note in ``dynamo_throughput.py``;
+its ``kalman`` defaults and 5-point ARIMA minimum agree with 002a7c31's ``planner_argparse.py``). Each predictor is fed one point per adjustment interval and
 asked for the next one, as Dynamo's ``add_data_point`` / ``predict_next`` are:
 
 - every predictor skips the leading run of zeros (the idle period after a deploy) and turns NaN into 0;

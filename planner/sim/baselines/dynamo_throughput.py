@@ -6,8 +6,9 @@ the planner to a PlannerConfig model). The source index we read holds commits, n
 not verified; this is the code of the v0.9 to v1.0 line. Files:
 - ``components/src/dynamo/planner/utils/planner_core.py`` (002a7c31): ``observe_traffic_stats``,
   ``plan_adjustment`` (skip when TTFT/ITL/ISL/OSL is missing), ``Metrics.is_valid``, ``_throughput_loop``;
-- ``.../utils/prefill_planner.py`` (002a7c31) and ``.../utils/decode_planner.py`` (stored version 0ff50012, same
-  formulas with ``args`` renamed ``config``): the correction factors and replica formulas;
+- ``.../utils/prefill_planner.py`` (002a7c31) and ``.../utils/decode_planner.py`` (the index holds no 002a7c31
+  text of it; read at 0ff50012, which says ``config`` where 002a7c31 says ``args``): the correction factors and
+  replica formulas;
 - ``.../utils/disagg_planner.py`` (002a7c31): both pools from one observation, then the global GPU budget;
 - ``.../utils/prometheus.py`` (002a7c31): ``increase(requests_total[interval])`` and interval means of the
   frontend's TTFT, ITL, ISL, OSL and request-duration histograms;
