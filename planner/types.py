@@ -48,6 +48,18 @@ class Mode(StrEnum):
 
 # ----------------------------------------------------------------------------------------------- observe
 @dataclass(frozen=True)
+class Completions:
+    """Requests that *finished* in a window, as a serving frontend counts them (NVIDIA Dynamo's planner sizes
+    from these: ``increase(requests_total)`` and the request-duration / sequence-length histograms). ``None``
+    means are "nothing finished", never zero."""
+
+    requests: float
+    isl_mean: float | None = None
+    osl_mean: float | None = None
+    duration_s_mean: float | None = None  # arrival to last token, over the finished requests
+
+
+@dataclass(frozen=True)
 class PoolObservation:
     """What the serving system did in one pool over one window.
 
@@ -69,6 +81,8 @@ class PoolObservation:
     running: float = 0.0
     kv_usage: float | None = None  # 0..1
     ready_replicas: int | None = None
+    # Requests that finished in the window (frontend view, the same on every pool); None: the source can't tell.
+    completed: Completions | None = None
 
     def __post_init__(self) -> None:
         for name in ("requests", "rate_rps", "queue", "running"):

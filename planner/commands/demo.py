@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         trace: Annotated[Path | None, typer.Option(help="Azure-format trace (default: the embedded conv trace)")] = None,
         minutes: Annotated[float, typer.Option(help="minutes of the trace to replay")] = 20.0,
         rate_scale: Annotated[float, typer.Option("--rate-scale", help="arrival-rate multiplier")] = 4.0,
-        baselines: Annotated[str, typer.Option(help="comma-separated baselines")] = "static,reactive,dynamo-sla,oracle",
+        baselines: Annotated[str, typer.Option(help="comma-separated baselines")] = "static,reactive,dynamo-throughput,dynamo-load,oracle",
         no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
     ) -> None:
         """Profile -> plan -> backtest on the embedded Azure trace; writes a report and plots."""

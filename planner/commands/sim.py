@@ -12,6 +12,8 @@ from rich.console import Console
 from planner.commands.args import parse_columns
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
+from planner.sim.baselines.registry import DEFAULT_BASELINES
+from planner.sim.baselines.registry import names as baseline_names
 
 if TYPE_CHECKING:
     from planner.config import Policy
@@ -32,9 +34,8 @@ def backtest_cmd(
                                             "compress (divide times by K)")] = "superpose",
     startup_s: Annotated[float | None, typer.Option("--startup-s", help="replica start-up seconds "
                                                     "(default: the policy's startup_s)")] = None,
-    baselines: Annotated[str, typer.Option(help="comma-separated: static,reactive,dynamo-sla,oracle,"
-                                           "clairvoyant (the planner fed the true future load; empty: none)")]
-    = "static,reactive,dynamo-sla,oracle,clairvoyant",
+    baselines: Annotated[str, typer.Option(help="comma-separated, from: " + ", ".join(baseline_names())
+                                           + " (empty: none)")] = ",".join(DEFAULT_BASELINES),
     kill: Annotated[bool, typer.Option("--kill", help="scale-down kills in-flight work (counted failed) "
                                        "instead of draining")] = False,
     seed: Annotated[int, typer.Option(help="seed for rate scaling and synthesis")] = 0,
@@ -48,7 +49,8 @@ def backtest_cmd(
     workers: Annotated[int | None, typer.Option(help="processes for the oracle search")] = None,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
     dynamo_predictor: Annotated[str, typer.Option("--dynamo-predictor",
-                                                  help="dynamo-sla's predictor: constant | arima")] = "constant",
+                                                  help="dynamo-throughput's load predictor: constant | "
+                                                  "arima | kalman (Dynamo's own default is arima)")] = "constant",
     warmup_s: Annotated[float, typer.Option("--warmup-s", help="run the N s of trace before --start-s "
                                             "unscored first, so every policy enters the scored window "
                                             "from its own state and history")] = 0.0,

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from planner.config import Policy
 from planner.controller import initial_state
 from planner.profile import Profile
-from planner.sim.baselines.dynamo_sla import DynamoSLAController
+from planner.sim.baselines.dynamo_load import DynamoLoadController
+from planner.sim.baselines.dynamo_throughput import DynamoThroughputController
 from planner.sim.baselines.reactive import ReactiveController
 from planner.sim.baselines.static import StaticController
 from planner.sim.clairvoyant import clairvoyant_planner
@@ -71,18 +72,31 @@ def _oracle(ctx: BaselineContext) -> Controller:
     return OracleController(ctx.policy, ctx.profile, ctx.schedule, ctx.startup_s)
 
 
+def _dynamo_throughput(ctx: BaselineContext) -> Controller:
+    return DynamoThroughputController(ctx.policy, ctx.profile, ctx.initial, predictor=ctx.dynamo_predictor)
+
+
 REGISTRY: dict[str, Baseline] = {b.name: b for b in (
     Baseline("static", "the oracle's peak, held all along", _static, needs_schedule=True,
              starts_at_own_targets=True),
     Baseline("reactive", "HPA/KEDA-style thresholds with HPA's default behaviour",
              lambda c: ReactiveController(c.policy, c.profile, c.initial)),
-    Baseline("dynamo-sla", "NVIDIA Dynamo's SLA planner (throughput mode)",
-             lambda c: DynamoSLAController(c.policy, c.profile, c.initial, predictor=c.dynamo_predictor),
+    Baseline("dynamo-throughput", "NVIDIA Dynamo's SLA planner, throughput-based mode (completed requests, "
+             "Little's-law decode concurrency, --dynamo-predictor)", _dynamo_throughput, window_is_interval=True),
+    Baseline("dynamo-load", "NVIDIA Dynamo's SLA planner, load-based mode (+-1 replica from online TTFT/ITL "
+             "regressions every 5 s)", lambda c: DynamoLoadController(c.policy, c.profile, c.initial),
              window_is_interval=True),
+    # Deprecated for one release: the same controller as dynamo-throughput, reported under that name.
+    Baseline("dynamo-sla", "deprecated alias of dynamo-throughput (reported as dynamo-throughput)",
+             _dynamo_throughput, window_is_interval=True),
     Baseline("oracle", "knows the future: per-interval sizes found by simulation", _oracle, needs_schedule=True),
     Baseline("clairvoyant", "planner+perfect-forecast: the planner's decide() fed the true future load",
              lambda c: clairvoyant_planner(c.policy, c.profile, c.trace, c.window_s, initial_state(c.initial))),
 )}
+
+
+# What `planner backtest` runs when --baselines is not given.
+DEFAULT_BASELINES = ("static", "reactive", "dynamo-throughput", "dynamo-load", "oracle", "clairvoyant")
 
 
 def names() -> tuple[str, ...]:
