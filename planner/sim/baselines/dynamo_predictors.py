@@ -210,5 +210,5 @@ def make_predictor(name: str) -> Predictor:
         return ArimaPredictor()
     if name == "kalman":
         return KalmanPredictor()
-    raise UserError(f"--dynamo-predictor: {name!r}; allowed: {', '.join(PREDICTORS)} "
-                    "(Dynamo's prophet is not modelled)")
+    raise UserError(f"dynamo_predictor: {name!r}; allowed: {', '.join(PREDICTORS)} "
+                    "(Dynamo's prophet is not modelled)", key="dynamo_predictor")
