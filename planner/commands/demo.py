@@ -2,7 +2,7 @@
 
 profile (analytical Qwen3-32B on H200 at the trace's workload) -> what-if plan at the mean and peak load ->
 backtest of the embedded Azure conversation trace: the planner against static, reactive (HPA/KEDA-style),
-Dynamo's SLA planner and the oracle, with a report and plots.
+Dynamo's planner (throughput and load modes), with the lower bound and offline schedule, a report and plots.
 """
 
 from __future__ import annotations

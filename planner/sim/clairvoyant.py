@@ -1,9 +1,9 @@
 """The planner with a perfect forecast: the decision core fed the trace's true future load (sim-only).
 
-It separates the two halves of the headline number. The oracle knows the future *and* searches sizes by
-simulation; this baseline knows the same future but sizes it with the planner's own decide() (queueing
-model, calibration, behaviour, floors). Its gap to the oracle is the decision core's cost; the gap from it
-to the planner is what forecasting a bursty trace from its past costs.
+It separates the two halves of the headline number. The offline schedule knows the future *and* searches
+sizes by simulation; this baseline knows the same future but sizes it with the planner's own decide()
+(queueing model, calibration, behaviour, floors). Its gap to the offline schedule is the decision core's
+cost; the gap from it to the planner is what forecasting a bursty trace from its past costs.
 
 The forecast at time t for each series is its largest value over the metrics windows that end in
 (t, t + startup_s + interval_s], the span the planner's own forecast covers (the larger of its near and far
