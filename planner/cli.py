@@ -11,7 +11,7 @@ import click
 import typer
 from rich.console import Console
 
-from planner.commands import bench, decide, demo, emulate, forecast, observe, profile, service, sim
+from planner.commands import bench, decide, demo, emulate, forecast, observe, profile, route, service, sim
 from planner.errors import InfeasibleError, UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -27,6 +27,7 @@ forecast.register(app)
 observe.register(app)
 emulate.register(app)
 service.register(app)
+route.register(app)
 demo.register(app)
 bench.register(bench_app)
 

@@ -17,6 +17,11 @@ from planner.signals import SignalStatus
 from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason
 
 ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + ("forecast", "decide", "actuate", "internal")
+REPLICA_STATES = ("starting", "ready", "draining")
+ENGINE_EVENTS = ("launched", "ready", "start_timeout", "start_failed", "crashed", "port_taken", "no_free_port",
+                 "drained", "drain_timeout", "killed")
+ROUTER_OUTCOMES = ("ok", "client_error", "failed")
+ROUTER_ERRORS = ("connect", "upstream_5xx", "timeout", "mid_stream", "no_replica")
 TICK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -65,9 +70,35 @@ class PlannerMetrics:
         self.read_duration = Histogram("planner_observation_read_seconds", "Duration of one metrics read.",
                                        ["policy"], buckets=TICK_BUCKETS_S, registry=r)
         self.errors = Counter("planner_errors", "Errors by kind.", ["policy", "kind"], registry=r)
+        # Actuator kind process: the engine processes it runs (state from REPLICA_STATES, event from ENGINE_EVENTS).
+        self.engine_replicas = Gauge("planner_engine_replicas", "Local engine replicas of the process actuator "
+                                     "by state (starting, ready, draining).", [*pp, "state"], registry=r)
+        self.engine_events = Counter("planner_engine_events", "Process actuator events by kind (launched, ready, "
+                                     "start_timeout, start_failed, crashed, port_taken, ...).", [*pp, "event"],
+                                     registry=r)
 
     def family_names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.registry.collect())
+
+
+class RouterMetrics:
+    """What `planner route` exports on its own /metrics (labels: endpoint completions|chat, pool, replica
+    host:port from the actuator's port_range, outcome from ROUTER_OUTCOMES, kind from ROUTER_ERRORS)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("planner_router_requests", "Requests the router answered, by endpoint and "
+                                "outcome (ok, client_error: the engine's 4xx passed on, failed).",
+                                ["endpoint", "outcome"], registry=r)
+        self.errors = Counter("planner_router_errors", "Failed attempts on a replica, by pool and kind "
+                              "(connect, upstream_5xx, timeout, mid_stream, no_replica).", ["pool", "kind"],
+                              registry=r)
+        self.retries = Counter("planner_router_retries", "Attempts sent to another replica after one failed.",
+                               ["pool"], registry=r)
+        self.outstanding = Gauge("planner_router_outstanding", "Requests in flight on each replica through "
+                                 "the router.", ["pool", "replica"], registry=r)
+        self.replicas = Gauge("planner_router_replicas", "Replicas in rotation.", ["pool"], registry=r)
 
 
 def exported_series_names(metrics: PlannerMetrics | None = None) -> frozenset[str]:

@@ -239,6 +239,8 @@ def test_monitor_for_policy_exports_logs_once_and_feeds_readiness(caplog) -> Non
         for k in range(1, 6):  # interval 30 s, 3 intervals: missing from t=90 on
             status = mon.observe(gone, 30.0 * k)
     assert not status.ready and len(status.missing) == 10
-    assert len(caplog.records) == 10  # once per signal, not once per tick
+    outage = [r for r in caplog.records if "no data from the metrics source" in r.getMessage()]
+    assert len(outage) == 1 and "unreachable: down" in outage[0].getMessage()  # the outage: once, not per tick
+    assert len(caplog.records) == 10 + 1  # and once per signal, not once per tick
     assert sample(m, "planner_ready", policy=policy.name) == 0
     assert sample(m, "planner_signal_seconds_since_good", policy=policy.name, signal="decode/itl") == 150

@@ -10,11 +10,11 @@ from planner.types import Actuator
 
 
 def make_actuator(policy, store: DesiredStore, *, dry_run: bool = False,  # noqa: ANN001 - Policy
-                  api_client: Any = None) -> Actuator:
+                  api_client: Any = None, metrics: Any = None) -> Actuator:
     kind = REGISTRY["dry-run" if dry_run else policy.actuator.kind]
     if kind.needs_api and api_client is None:
         api_client = load_api_client()
-    return kind.build(ActuatorContext(policy, store, api_client))
+    return kind.build(ActuatorContext(policy, store, api_client, metrics))
 
 
 def needs_api(policy, dry_run: bool) -> bool:  # noqa: ANN001 - Policy

@@ -19,6 +19,7 @@ class ActuatorContext:
     policy: Any  # planner.config.Policy (not imported: the policy schema imports this module)
     store: Any  # planner.actuators.desired.DesiredStore: what KEDA and the HPA read
     api_client: Any = None  # kubernetes.client.ApiClient, for kinds that write the cluster
+    metrics: Any = None  # planner.telemetry.PlannerMetrics, for kinds that export their own state
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,12 @@ def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
     return build
 
 
+def _process(ctx: ActuatorContext) -> Actuator:
+    from planner.actuators.process import ProcessActuator
+
+    return ProcessActuator.from_policy(ctx.policy, ctx.metrics)
+
+
 def _dry_run(ctx: ActuatorContext) -> Actuator:
     from planner.actuators.dry_run import DryRunActuator
 
@@ -58,6 +65,8 @@ REGISTRY: dict[str, ActuatorKind] = {k.name: k for k in (
                  _publish("keda"), publishes=True),
     ActuatorKind("hpa", "publishes desired replicas as planner_desired_replicas for an HPA (External metric)",
                  _publish("hpa"), publishes=True),
+    ActuatorKind("process", "starts, drains and stops local engine processes (file_sd for Prometheus and the router)",
+                 _process),
     ActuatorKind("dry-run", "logs what it would do, changes nothing", _dry_run),
 )}
 

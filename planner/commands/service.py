@@ -51,7 +51,12 @@ def register(app: typer.Typer) -> None:
                           lease_namespace=lease_namespace, identity=identity)
         if once:
             loop = build_loop(opts)
-            result = loop.tick()
+            try:
+                result = loop.tick()
+            finally:
+                close = getattr(loop.actuator, "close", None)
+                if close is not None:  # the process actuator's engines do not outlive one tick
+                    close()
             Console().print_json(json.dumps(tick_json(result)))
             if result.error:
                 raise typer.Exit(1)

@@ -31,6 +31,7 @@ class MissingSignalMonitor:
         self.logger = logger
         self.tracker = SignalTracker(required_signals(self.pools), interval_s, stale_after_intervals)
         self._status: SignalStatus | None = None
+        self._no_data: str | None = None  # the reason while the source gives no data (said once per outage)
 
     @classmethod
     def for_policy(cls, policy, metrics: PlannerMetrics) -> MissingSignalMonitor:  # noqa: ANN001 - config.Policy
@@ -38,11 +39,26 @@ class MissingSignalMonitor:
                    metrics)
 
     def observe(self, observation: Observation | NoData, now_s: float) -> SignalStatus:
+        self._say_outage(observation)
         changes = self.tracker.update(signals_present(observation, self.pools), now_s)
         log_changes(changes, self.logger, self.policy)
         self._status = self.tracker.status(now_s)
         record_signals(self.metrics, self.policy, self._status)
         return self._status
+
+    def _say_outage(self, observation: Observation | NoData) -> None:
+        """One line when the source stops giving data (the decision holds every pool meanwhile), one when
+        it gives data again - not one per tick."""
+        if isinstance(observation, NoData):
+            if self._no_data is None:
+                self._no_data = observation.reason.value
+                self.logger.warning("policy %s: no data from the metrics source (%s: %s); holding every pool at "
+                                    "its size until it answers", self.policy, observation.reason.value,
+                                    observation.detail)
+        elif self._no_data is not None:
+            self.logger.info("policy %s: metrics source answers again after no data (%s); deciding from data",
+                             self.policy, self._no_data)
+            self._no_data = None
 
     def status(self) -> SignalStatus | None:
         """Latest status (None before the first read): pass as ``readiness`` to service.app.create_app."""

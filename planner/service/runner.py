@@ -62,7 +62,7 @@ def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = N
         targets_from_policy(policy)  # bad targets are a config error, reported before any credentials matter
     if (needs_api(policy, opts.dry_run) or opts.leader_elect) and api_client is None:
         api_client = load_api_client()
-    actuator = make_actuator(policy, store, dry_run=opts.dry_run, api_client=api_client)
+    actuator = make_actuator(policy, store, dry_run=opts.dry_run, api_client=api_client, metrics=metrics)
     overrides = {"url": opts.metrics_url} if opts.metrics_url else {}
     source = PrometheusSource.from_policy(policy, **overrides)
     elector = None
@@ -170,6 +170,9 @@ class Service:
             self.close()
 
     def close(self) -> None:
+        close_actuator = getattr(self.loop.actuator, "close", None)
+        if close_actuator is not None:  # the process actuator stops the engines it started
+            close_actuator()
         elector = self.loop.elector
         if elector is not None and hasattr(elector, "release"):
             elector.release(self.loop.clock.now_s())
