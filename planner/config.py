@@ -6,6 +6,7 @@ Field names follow HPA's behaviour vocabulary so operators need no new concepts.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -283,7 +284,7 @@ def _resolve_state_dir(policy: Policy, base_dir: Path) -> Policy:
     state_dir = policy.actuator.state_dir
     if state_dir is None or Path(state_dir).is_absolute():
         return policy
-    actuator = policy.actuator.model_copy(update={"state_dir": str(base_dir / state_dir)})
+    actuator = policy.actuator.model_copy(update={"state_dir": os.path.normpath(base_dir / state_dir)})
     return policy.model_copy(update={"actuator": actuator})
 
 

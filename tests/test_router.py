@@ -203,3 +203,46 @@ def test_route_command_needs_the_process_actuator(tmp_path, capsys) -> None:
     assert run(["route", "--policy", str(policy), "--port", "1"]) == 2
     err = capsys.readouterr().err
     assert "actuator.kind" in err and "'dry-run'" in err and "Traceback" not in err
+
+
+def test_a_pool_of_one_gets_its_retries_on_the_same_replica_then_a_clean_502(servers, tmp_path) -> None:
+    dead = f"127.0.0.1:{port_range(1)[0]}"
+    r, backends = router(servers, tmp_path, Mode.AGGREGATED, [(dead, "aggregated")])
+    got = httpx.post(r.url + "/v1/completions", json={"prompt": "a", "max_tokens": 1}, timeout=30)
+    assert got.status_code == 502
+    assert "3 attempts on 1 aggregated replica(s) failed" in got.json()["error"]["message"]
+    assert backends.by_address[dead].sent == 3 and backends.by_address[dead].outstanding == 0
+    assert sample(r.url, "planner_router_retries_total", pool="aggregated") == 2
+    assert sample(r.url, "planner_router_requests_total", endpoint="completions", outcome="failed") == 1
+
+
+def test_route_command_serves_the_replicas_of_the_policys_targets_file(servers, tmp_path) -> None:
+    import sys
+
+    e = emulator(servers)
+    state = tmp_path / "state"
+    policy = tmp_path / "p.yaml"
+    policy.write_text(json.dumps({"name": "k", "profile": str(EMULATED_PROFILE), "mode": "aggregated",
+                                  "pools": {"aggregated": {}}, "actuator": {
+                                      "kind": "process", "command": ["x", "{port}"], "port_range": [1, 2],
+                                      "state_dir": "state"}}))  # relative: to the policy's folder
+    port = port_range(1)[0]
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "route", "--policy", str(policy), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _status(url + "/health") == 503, 60, "the router to answer (no replicas yet)")
+        write_targets(state / "targets.json", [Target(addr(e), "aggregated")])
+        wait_until(lambda: _status(url + "/health") == 200, 10, "the replica in rotation")
+        assert httpx.post(url + "/v1/completions", json={"prompt": "a b", "max_tokens": 2}, timeout=30).is_success
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+    assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn shuts down, then re-raises the signal it caught
+
+
+def _status(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return None

@@ -346,7 +346,8 @@ class ProcessActuator:
     def snapshot(self) -> dict[str, dict[str, list[int]]]:
         """Ports per pool and state, e.g. {"decode": {"ready": [8101], "starting": [], "draining": []}}."""
         with self._lock:
-            out = {p: {s: [] for s in ("starting", "ready", "draining")} for p in self.settings.pools}
+            out: dict[str, dict[str, list[int]]] = {p: {s: [] for s in ("starting", "ready", "draining")}
+                                                     for p in self.settings.pools}
             for r in self.replicas:
                 out[r.pool][r.state].append(r.port)
         return out

@@ -88,7 +88,7 @@ def watch(grace_s: float, command: list[str]) -> int:
 def _group_others() -> list[int]:
     """Other live processes of this process group (read from /proc; empty where there is none)."""
     me, group = os.getpid(), os.getpgrp()
-    out = []
+    out: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:

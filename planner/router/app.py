@@ -37,8 +37,11 @@ def create_router_app(targets_file: Path, mode: Mode, metrics: RouterMetrics | N
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # No pool limit: the router must never queue a request behind others for a connection.
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        timeout = httpx.Timeout(connect=5.0, read=read_timeout_s, write=30.0, pool=None)
+        # Idle connections are dropped after 2 s, before an engine's own keep-alive timeout (uvicorn: 5 s), so
+        # a request is never sent on a connection the engine is closing at that moment.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
+        # A connect that takes long is an engine too busy to accept, not a dead one (that is refused at once).
+        timeout = httpx.Timeout(connect=30.0, read=read_timeout_s, write=30.0, pool=None)
         async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
             holder["proxy"] = Proxy(backends, client, metrics, mode, max_attempts)
             watcher = asyncio.create_task(_watch(backends))
@@ -50,7 +53,12 @@ def create_router_app(targets_file: Path, mode: Mode, metrics: RouterMetrics | N
     app = FastAPI(title="planner router", lifespan=lifespan)
     app.state.backends = backends
     app.state.metrics = metrics
+    _openai_routes(app, holder, metrics)
+    _operator_routes(app, backends, metrics, mode, holder, targets_file)
+    return app
 
+
+def _openai_routes(app: FastAPI, holder: dict[str, Proxy], metrics: RouterMetrics) -> None:
     async def forward(request: Request, path: str, endpoint: str) -> Response:
         try:
             body: Any = json.loads(await request.body())
@@ -71,6 +79,9 @@ def create_router_app(targets_file: Path, mode: Mode, metrics: RouterMetrics | N
     async def chat(request: Request) -> Response:
         return await forward(request, "/v1/chat/completions", "chat")
 
+
+def _operator_routes(app: FastAPI, backends: Backends, metrics: RouterMetrics, mode: Mode,
+                     holder: dict[str, Proxy], targets_file: Path) -> None:
     @app.get("/v1/models")
     async def models() -> Response:
         backends.refresh()
@@ -101,8 +112,6 @@ def create_router_app(targets_file: Path, mode: Mode, metrics: RouterMetrics | N
     async def prometheus_metrics() -> Response:
         backends.refresh()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    return app
 
 
 async def _watch(backends: Backends) -> None:

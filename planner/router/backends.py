@@ -82,15 +82,15 @@ class Backends:
                 self.logger.info("router: %s (%s) out of rotation, %d in flight", address, backend.pool,
                                  backend.outstanding)
         for address, pool in wanted.items():
-            backend = self.by_address.get(address)
-            if backend is None or backend.pool != pool:
-                if backend is not None:  # the same port now serves another pool: a new replica
-                    self._drop(backend)
+            known = self.by_address.get(address)
+            if known is None or known.pool != pool:
+                if known is not None:  # the same port now serves another pool: a new replica
+                    self._drop(known)
                 self.by_address[address] = Backend(address, pool)
                 self.metrics.outstanding.labels(pool=pool, replica=address).set(0)
                 self.logger.info("router: %s (%s) in rotation", address, pool)
-            elif not backend.in_rotation:
-                backend.in_rotation = True
+            elif not known.in_rotation:
+                known.in_rotation = True
         for backend in [b for b in self.by_address.values() if not b.in_rotation and b.outstanding == 0]:
             self._drop(backend)
         self._export_counts()

@@ -13,6 +13,7 @@ replica gets the original request and its answer is relayed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from planner.router.backends import Backend, Backends
 from planner.telemetry import RouterMetrics
 from planner.types import Mode, Pool
+
+RETRY_PAUSE_S = 0.25
 
 
 @dataclass
@@ -102,11 +105,15 @@ class Proxy:
         last = "no replica in rotation"
         for n in range(self.max_attempts):
             self.backends.refresh()
-            backend = self.backends.pick(pool, tried)
+            # Another replica first; once each was tried, the least loaded again (a pool of one still gets
+            # its retries: most failures here are transient - a reused connection the engine had just closed).
+            backend = self.backends.pick(pool, tried) or self.backends.pick(pool, set())
             if backend is None:
                 break
             if n:
                 self.metrics.retries.labels(pool=pool).inc()
+                if backend.address in tried:
+                    await asyncio.sleep(RETRY_PAUSE_S * n)
             tried.add(backend.address)
             self.backends.acquire(backend)
             try:
@@ -121,7 +128,7 @@ class Proxy:
         if not tried:
             self.metrics.errors.labels(pool=pool, kind="no_replica").inc()
             raise Failure(503, f"no {pool} replica in rotation")
-        raise Failure(502, f"{len(tried)} {pool} replica(s) failed; last: {last}")
+        raise Failure(502, f"{self.max_attempts} attempts on {len(tried)} {pool} replica(s) failed; last: {last}")
 
     async def _once(self, backend: Backend, path: str, body: dict[str, Any], stream: bool,
                     headers: Mapping[str, str]) -> Attempt:
