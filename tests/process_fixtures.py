@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import sys
 import threading
@@ -31,14 +32,24 @@ def emulator_command(role: str = "aggregated", time_scale: float = 10.0) -> list
 
 
 def port_range(n: int = 8) -> tuple[int, int]:
-    """``n`` consecutive ports that are free now (other test runs may share the machine)."""
+    """``n`` consecutive ports that are free now, below the kernel's ephemeral range: ports the kernel hands
+    out for bind(0) and outgoing connections (vLLM's internal sockets, other tests' servers) never land there
+    while an engine is starting, so a free port stays free (other test runs may still share the machine)."""
+    low, _ = _ephemeral()
+    rng = random.Random()
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        if first + n < 65535 and all(_free(p) for p in range(first, first + n)):
+        first = rng.randrange(15000, low - n)
+        if all(_free(p) for p in range(first, first + n)):
             return first, first + n - 1
-    raise RuntimeError(f"no {n} consecutive free ports")
+    raise RuntimeError(f"no {n} consecutive free ports below {low}")
+
+
+def _ephemeral() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def _free(port: int) -> bool:

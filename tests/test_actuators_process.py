@@ -212,3 +212,16 @@ def test_unknown_pool_in_targets_is_an_actuation_error_naming_it(actuators, tmp_
     with pytest.raises(ActuationError, match="pool decode: not a pool of policy proc"):
         a.apply({"decode": 1})
     assert a.replicas == []
+
+
+@pytest.mark.parametrize("ports, warned", [((40000, 40010), True), ((20000, 20010), False), ((32000, 32768), True)],
+                         ids=["inside", "below", "touching"])
+def test_a_port_range_among_the_ephemeral_ports_is_said_once(actuators, tmp_path, caplog, ports, warned) -> None:
+    from planner.actuators.replica import ephemeral_range
+
+    if ephemeral_range() != (32768, 60999):
+        pytest.skip(f"this machine's ephemeral range is {ephemeral_range()}, the table assumes Linux's default")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        make(actuators, tmp_path, port_range=list(ports))
+    said = [r.getMessage() for r in caplog.records if "ephemeral ports" in r.getMessage()]
+    assert len(said) == (1 if warned else 0)

@@ -30,7 +30,7 @@ from pathlib import Path
 from planner.actuators.drain import RouterView, drain
 from planner.actuators.errors import ActuationError
 from planner.actuators.file_sd import Target, state_dir_of, targets_path, write_targets
-from planner.actuators.replica import Replica, port_is_free, substitute
+from planner.actuators.replica import Replica, ephemeral_range, port_is_free, substitute
 from planner.types import Applied
 
 log = logging.getLogger("planner.actuators.process")
@@ -99,6 +99,19 @@ class ProcessActuator:
         self._stop = threading.Event()
         self._supervisor: threading.Thread | None = None
         self._closed = False
+        self._check_port_range()
+
+    def _check_port_range(self) -> None:
+        """Say once if ``port_range`` overlaps the kernel's ephemeral ports: any program's bind(0) or outgoing
+        connection (vLLM's own internal sockets included) may take one while a replica starts, and the
+        replica then fails at the very end of its start-up, when it binds its HTTP port."""
+        first, last = self.settings.port_range
+        ephemeral = ephemeral_range()
+        if ephemeral is not None and first <= ephemeral[1] and last >= ephemeral[0]:
+            self.logger.warning("actuator.port_range [%d, %d] overlaps the kernel's ephemeral ports [%d, %d] "
+                                "(/proc/sys/net/ipv4/ip_local_port_range): other programs may take these ports "
+                                "while a replica starts; ports below %d are safer", first, last, *ephemeral,
+                                ephemeral[0])
 
     @classmethod
     def from_policy(cls, policy, metrics=None) -> ProcessActuator:  # noqa: ANN001

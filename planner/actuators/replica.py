@@ -46,6 +46,15 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def ephemeral_range(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int] | None:
+    """The ports the kernel hands out for bind(0) and outgoing connections (None where it does not say)."""
+    try:
+        low, high = path.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
+
+
 @dataclass(eq=False)
 class Replica:
     pool: str
