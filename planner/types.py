@@ -83,6 +83,17 @@ class PoolObservation:
     ready_replicas: int | None = None
     # Requests that finished in the window (frontend view, the same on every pool); None: the source can't tell.
     completed: Completions | None = None
+    # How finely the latency histograms resolve the SLA targets (planner/sources/resolution.py): the bucket
+    # (lower, upper] in ms that holds the target (upper inf past the last bound), its width over the target
+    # (the relative error a p95 read there can have), and whether that width is within 25 % of the target.
+    # Unresolved: use the exact mean rather than the p95. None: not assessed (no target or no bucket series
+    # given to the source, or a source whose quantiles are exact, like the simulator).
+    ttft_p95_bracket_ms: tuple[float, float] | None = None
+    ttft_p95_resolution: float | None = None
+    ttft_p95_resolved: bool | None = None
+    itl_p95_bracket_ms: tuple[float, float] | None = None
+    itl_p95_resolution: float | None = None
+    itl_p95_resolved: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("requests", "rate_rps", "queue", "running"):
