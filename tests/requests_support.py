@@ -74,17 +74,16 @@ def crd_validator() -> Any:
     return validate
 
 
-APPLY_GROUPS = {"Deployment": ("apps", "v1"), "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "v1"),
-                "DynamoGraphDeployment": ("nvidia.com", "v1alpha1"), "ScaledObject": ("keda.sh", "v1alpha1"),
-                "HorizontalPodAutoscaler": ("autoscaling", "v2")}
+VERSIONS = {"Deployment": "v1", "LeaderWorkerSet": "v1", "DynamoGraphDeployment": "v1alpha1",
+            "ScaledObject": "v1alpha1", "HorizontalPodAutoscaler": "v2"}
 
 
-def install(kube: Any, kinds: tuple[str, ...] = tuple(APPLY_GROUPS)) -> None:
+def install(kube: Any, kinds: tuple[str, ...] = tuple(APPLY_KINDS)) -> None:
     """The ProfileRequest CRD (schema-checked, immutable spec) and the kinds auto_apply creates."""
     kube.define(GROUP, VERSION, PLURAL, KIND, immutable_spec=True, validate=crd_validator())
     for kind in kinds:
-        group, version = APPLY_GROUPS[kind]
-        kube.define(group, version, APPLY_KINDS[kind], kind, status_subresource=kind != "DynamoGraphDeployment")
+        group, plural = APPLY_KINDS[kind]
+        kube.define(group, VERSIONS[kind], plural, kind, status_subresource=kind != "DynamoGraphDeployment")
 
 
 class BlockingBackend:

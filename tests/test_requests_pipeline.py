@@ -190,3 +190,17 @@ def test_replicas_and_tp_reach_the_manifests() -> None:
         assert args[args.index("--tensor-parallel-size") + 1] == str(stage.tp)
         assert container["resources"]["limits"]["nvidia.com/gpu"] == str(stage.tp)
         assert dep["spec"]["replicas"] == stage.replicas
+
+
+def test_artifacts_appear_all_at_once_or_not_at_all(tmp_path) -> None:
+    from planner.requests import artifacts
+
+    dest = tmp_path / "out"
+    artifacts.commit(dest, {"policy.yaml": b"a", "manifests/x.yaml": b"x"})
+    with pytest.raises(ValueError, match="relative path"):
+        artifacts.commit(dest, {"policy.yaml": b"b", "manifests/y.yaml": b"y", "../escape": b"!"})
+    assert (dest / "policy.yaml").read_bytes() == b"a" and artifacts.names(dest) == ["manifests/x.yaml",
+                                                                                     "policy.yaml"]
+    assert not (tmp_path / "escape").exists() and [p.name for p in tmp_path.iterdir()] == ["out"]
+    artifacts.commit(dest, {"policy.yaml": b"c", "manifests/y.yaml": b"y"})
+    assert artifacts.names(dest) == ["manifests/y.yaml", "policy.yaml"]  # the folder is swapped whole

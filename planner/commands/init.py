@@ -69,7 +69,7 @@ def _fail(reason: str, message: str, closest: dict | None, console: Console) -> 
 
     if reason in (FailReason.SLA_INFEASIBLE, FailReason.OVER_BUDGET):
         render_closest(closest, console)
-        raise InfeasibleError(message)
+        raise InfeasibleError(as_flags(message))
     if reason in (FailReason.INVALID_SPEC, FailReason.UNSUPPORTED, FailReason.BACKEND_UNAVAILABLE):
         raise UserError(as_flags(message))
     Console(stderr=True).print(f"[bold red]failed ({reason}):[/] {message}", soft_wrap=True)

@@ -104,7 +104,7 @@ def openapi_schema() -> dict[str, Any]:
     spec = {**_schema(ProfileRequestSpec), "x-kubernetes-validations": [IMMUTABLE]}
     status = _schema(Status)
     status["properties"]["observed_generation"] = {
-        "type": "integer", "nullable": True, "description": "metadata.generation when the spec was accepted"}
+        "type": "integer", "nullable": True, "description": "the metadata.generation this status describes"}
     return _strip_titles({
         "type": "object", "required": ["spec"],
         "description": "A profile request: model + hardware + workload + SLA in; measured profile, TP per "

@@ -33,10 +33,12 @@ log = logging.getLogger("planner.requests.kube")
 GROUP, VERSION, PLURAL, KIND = "planner.dev", "v1alpha1", "profilerequests", "ProfileRequest"
 FIELD_MANAGER = "planner-profiler"
 OWNER_LABEL = "planner.dev/profile-request"
-# What auto_apply may create (the rendered kinds except RBAC): kind -> plural. RBAC: deploy/profile-requests.
-APPLY_KINDS = {"Deployment": "deployments", "LeaderWorkerSet": "leaderworkersets",
-               "DynamoGraphDeployment": "dynamographdeployments", "ScaledObject": "scaledobjects",
-               "HorizontalPodAutoscaler": "horizontalpodautoscalers"}
+# What auto_apply may create (the rendered kinds except RBAC): kind -> (group, plural). The profiler's Role
+# (deploy/profile-requests/rbac.yaml) grants create/delete on exactly these.
+APPLY_KINDS = {"Deployment": ("apps", "deployments"), "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+               "DynamoGraphDeployment": ("nvidia.com", "dynamographdeployments"),
+               "ScaledObject": ("keda.sh", "scaledobjects"),
+               "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers")}
 
 
 def _api_message(exc: ApiException) -> str:
@@ -75,17 +77,18 @@ def apply_objects(api_client: Any, owner: str, outcome: pipeline.Outcome, cancel
             done.undo()
             raise Cancelled()
         group, _, version = obj["apiVersion"].rpartition("/")
+        plural = APPLY_KINDS[obj["kind"]][1]
         meta = obj["metadata"]
         body = {**obj, "metadata": {**meta, "labels": {**meta.get("labels", {}), OWNER_LABEL: owner}}}
         try:
-            api.create_namespaced_custom_object(group, version, meta["namespace"], APPLY_KINDS[obj["kind"]], body,
+            api.create_namespaced_custom_object(group, version, meta["namespace"], plural, body,
                                                 field_manager=FIELD_MANAGER)
         except ApiException as exc:
             done.undo()
             hint = ": delete it or choose another spec.name" if exc.status == 409 else ""
             raise RequestFailed(FailReason.APPLY_FAILED, f"creating {obj['kind']} {meta['namespace']}/"
                                 f"{meta['name']}: {_api_message(exc)}{hint}; nothing was left applied") from None
-        done.refs.append((group, version, meta["namespace"], APPLY_KINDS[obj["kind"]], meta["name"]))
+        done.refs.append((group, version, meta["namespace"], plural, meta["name"]))
         done.names.append(f"{obj['kind']}/{meta['name']}")
     return done
 
