@@ -35,6 +35,10 @@ def test_one_command_writes_what_plan_and_kubectl_take(tmp_path: Path, capsys: p
         p: s["replicas"] for p, s in result["pools"].items()}
     objs = render(out / "manifests")
     assert sorted(o["kind"] for o in objs) == ["Deployment", "Deployment", "ScaledObject", "ScaledObject"]
+    from planner.service.runner import RunOptions, build_loop
+
+    loop = build_loop(RunOptions(out / "policy.yaml", dry_run=True))  # what `planner run` builds from it
+    assert loop.name == policy.name and loop.actuator_kind == "dry-run"
 
 
 def test_the_policy_runs_in_deploy_base_with_the_actuator_component(tmp_path: Path) -> None:

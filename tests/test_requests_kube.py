@@ -149,8 +149,13 @@ def test_deleting_a_running_request_cancels_it(cluster: Cluster, monkeypatch: py
 
 def test_a_request_left_profiling_by_a_restart_is_marked_interrupted(cluster: Cluster) -> None:
     cluster.create("chat")
-    cluster.kube.custom[(GROUP, PLURAL, NS, "chat")]["status"] = {
-        "phase": "Profiling", "step": "SweepingDecode", "progress": 0.5, "created_at": "2026-01-01T00:00:00Z"}
+    cluster.kube.custom[(GROUP, PLURAL, NS, "chat")]["status"] = {  # as a profiler that stopped left it
+        "phase": "Profiling", "step": "SweepingDecode", "progress": 0.5, "created_at": "2026-01-01T00:00:00Z",
+        "observed_generation": 1, "steps": [{"step": "SweepingPrefill", "started_at": "2026-01-01T00:00:01Z",
+                                             "finished_at": "2026-01-01T00:01:00Z"},
+                                            {"step": "SweepingDecode", "started_at": "2026-01-01T00:01:00Z"}]}
     status = cluster.settle("chat")  # this profiler has never heard of it: its runner is gone
     assert (status["phase"], status["reason"]) == ("Failed", "Interrupted")
+    assert [s["step"] for s in status["steps"]] == ["SweepingPrefill", "SweepingDecode"]  # history kept
+    assert all(s["finished_at"] for s in status["steps"]) and status["created_at"] == "2026-01-01T00:00:00Z"
     assert cluster.manager.views() == []  # not run again

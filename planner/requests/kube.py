@@ -164,8 +164,9 @@ class ProfileRequestWatcher:
 
     def _interrupted(self, item: dict[str, Any]) -> None:
         now = iso(self.clock.now_s())
+        written = {k: v for k, v in (item.get("status") or {}).items() if k != "observed_generation"}
         try:
-            before = Status.model_validate(item.get("status") or {})
+            before = Status.model_validate(written)
         except ValueError:
             before = pending(now)
         self._write(item, failed(before, FailReason.INTERRUPTED, "the profiler restarted while this request was "
