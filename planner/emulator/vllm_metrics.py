@@ -22,6 +22,8 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from planner.types import buckets_1_2_5  # vLLM's build_1_2_5_buckets (request token histograms)
+
 EMULATED_VLLM_VERSION = "0.32.0"  # /version answers this: the API and metrics copied here are 0.32's
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                   20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -66,19 +68,6 @@ _CACHED_BY_SOURCE_DOC = ("Prefix-cache hit tokens by the cache tier that supplie
                          "vllm:external_prefix_cache_hits.")
 _M = TypeVar("_M", Gauge, Counter)
 _MFU = "(for Model Flops Utilization calculations)."
-
-
-def buckets_1_2_5(max_value: int) -> tuple[float, ...]:
-    """vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to ``max_value``."""
-    out: list[float] = []
-    exponent = 0
-    while True:
-        for m in (1, 2, 5):
-            value = m * 10**exponent
-            if value > max_value:
-                return tuple(out)
-            out.append(float(value))
-        exponent += 1
 
 
 def cache_info(kv_capacity_tokens: int, max_concurrency: float | None = None) -> dict[str, str]:

@@ -8,7 +8,9 @@ Method (written into every report):
    joint attainment over the scored window and its GPU-hours. Nothing is accepted on an approximation.
 3. Seeds: the targets every policy of the run actually asked for (each seed replays to exactly that
    policy's result), plus a uniform raise of the best one when none reaches the SLA percentile. The
-   cheapest seed that reaches the percentile is the start.
+   cheapest seed that reaches the percentile is the start. Where even the pools' ceilings miss the
+   percentile (requests whose own prefill is longer than the TTFT target, which no number of replicas
+   serves in time), the target becomes the percentile among what the ceilings reach, and the report says so.
 4. Greedy trimming: cut the targets of the grid cells whose capacity no missed request needed (no miss of
    that pool's kind arrived while it was asked for or starting), by a share that halves after every
    rejected cut; a cut is kept only when the full simulation still meets the percentile and spends less.
@@ -22,18 +24,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from planner.config import Policy
+from planner.perf.engine import EngineModel
 from planner.profile import Profile
 from planner.sim.baselines.common import gpus_per_replica, make_decision
 from planner.sim.cluster import SimConfig
 from planner.sim.replay import Replay, replay
 from planner.sim.scoring import summarise
 from planner.sim.traces import RequestTrace
-from planner.types import Decision, NoData, Observation, Reason
+from planner.types import Decision, Mode, NoData, Observation, Reason
 
 NAME = "offline"
 METHOD = ("greedy trim of the cheapest policy schedule meeting the SLA percentile (joint attainment over the "
@@ -109,6 +112,8 @@ class OfflineSchedule:
     simulations: int
     seeded_from: str
     method: str
+    target: float = 1.0  # the attainment it had to keep (the SLA percentile unless out of reach)
+    reachable: float = 1.0  # the attainment at the ceilings, when it was needed (1.0: not measured)
 
     def peak(self, from_s: float = 0.0) -> dict[str, int]:
         first = int(math.floor(from_s / self.plan.grid_s))
@@ -126,10 +131,14 @@ class OfflineJob:
     config: SimConfig
     window_s: float
     warmup_s: float
+    reachable: float = 1.0  # the attainment the ceilings reach (< the percentile: the percentile is out of reach)
 
     @property
     def target(self) -> float:
-        return self.policy.sla.percentile / 100.0
+        """The SLA percentile, or, where no number of replicas reaches it (requests whose own prefill is longer
+        than the TTFT target), the percentile among the requests the ceilings can serve in time."""
+        q = self.policy.sla.percentile / 100.0
+        return q if self.reachable >= q else q * self.reachable
 
     def floors(self) -> dict[str, int]:
         return {p: self.policy.pool(p).min_replicas for p in self.policy.pool_names()}
@@ -155,7 +164,7 @@ def needed_cells(job: OfflineJob, judged: Judged) -> dict[str, np.ndarray]:
     sla = job.policy.sla
     ok = ~res["failed"]
     with np.errstate(invalid="ignore"):
-        ttft_miss = scored & ~(ok & (res["ttft_s"] * 1e3 <= sla.ttft_ms))
+        ttft_miss = scored & ~(ok & (res["ttft_s"] * 1e3 <= sla.ttft_ms)) & _servable(job)
         itl_miss = scored & ~(ok & (res["itl_mean_s"] * 1e3 <= sla.itl_ms))
     pools = job.policy.pool_names()
     front, back = (pools[0], pools[-1])
@@ -172,6 +181,19 @@ def needed_cells(job: OfflineJob, judged: Judged) -> dict[str, np.ndarray]:
         np.add.at(marks, hi + 1, -1)
         out[pool] |= np.cumsum(marks[:-1]) > 0
     return out
+
+
+def _servable(job: OfflineJob) -> np.ndarray:
+    """Per request: whether its own prefill fits the TTFT target at all (a miss of one that does not says
+    nothing about capacity: no number of replicas would have served it in time)."""
+    prof, cfg = job.profile, job.config
+    dtp = cfg.decode_tp or prof.selected_tp("decode")
+    ptp = dtp if job.policy.mode is Mode.AGGREGATED and any(s.tp == dtp for s in prof.prefill) else (
+        cfg.prefill_tp or prof.selected_tp("prefill"))  # an aggregated replica prefills at the decode TP
+    engine = EngineModel(prof.prefill_curve(ptp), prof.decode_curve(dtp), cfg.chunk_tokens)
+    lengths, where = np.unique(job.trace.isl, return_inverse=True)
+    own_s = np.array([engine.prefill_s(float(x)) for x in lengths])
+    return (own_s * 1e3 <= job.policy.sla.ttft_ms)[where]
 
 
 def trimmed(plan: TargetPlan, needed: Mapping[str, np.ndarray], floors: Mapping[str, int], share: float,
@@ -193,8 +215,10 @@ def raised(plan: TargetPlan, ceilings: Mapping[str, int]) -> TargetPlan:
 
 
 def _best_seed(job: OfflineJob, seeds: Mapping[str, TargetPlan], progress: Progress | None
-               ) -> tuple[Judged, str, int]:
-    """The cheapest seed that meets the percentile (raising the best one uniformly when none does)."""
+               ) -> tuple[OfflineJob, Judged, str, int]:
+    """The cheapest seed that meets the target (raising the best one uniformly when none does). When no seed
+    meets the percentile, the ceilings are simulated once: if they miss it too, the target becomes the
+    percentile among what they reach (job.reachable), and the search goes on from there."""
     sims = 0
     judged: dict[str, Judged] = {}
     for name, plan in seeds.items():
@@ -202,21 +226,26 @@ def _best_seed(job: OfflineJob, seeds: Mapping[str, TargetPlan], progress: Progr
         sims += 1
         if progress:
             progress(f"seed {name}", sims)
+    if not any(j.attainment >= job.target for j in judged.values()):
+        top = next(iter(seeds.values()))
+        ceilings = TargetPlan(top.grid_s, {p: np.full(top.cells, c, dtype=np.int64) for p, c in job.ceilings().items()})
+        judged["ceilings"], sims = judge(job, ceilings), sims + 1
+        job = replace(job, reachable=judged["ceilings"].attainment)
     feasible = {n: j for n, j in judged.items() if j.attainment >= job.target}
     if feasible:
         name = min(feasible, key=lambda n: (feasible[n].gpu_hours, n))
-        return feasible[name], name, sims
+        return job, feasible[name], name, sims
     name = max(judged, key=lambda n: (judged[n].attainment, -judged[n].gpu_hours))
     best = judged[name]
     while best.attainment < job.target:
         more = raised(best.plan, job.ceilings())
-        if all(np.array_equal(more.targets[p], best.plan.targets[p]) for p in more.targets):
-            break  # at the ceilings: the percentile is out of reach
+        if _same(more, best.plan):
+            break  # at the ceilings
         best, sims = judge(job, more), sims + 1
         name = f"{name} raised"
         if progress:
             progress(name, sims)
-    return best, name, sims
+    return job, best, name, sims
 
 
 _JOB: OfflineJob | None = None  # the job in a worker process (set once by the pool's initializer)
@@ -260,7 +289,7 @@ def offline_schedule(job: OfflineJob, seeds: Mapping[str, TargetPlan], max_simul
 
     With ``workers`` > 1 each round judges that many cuts at once (the current share, half of it, ...) and
     keeps the deepest one accepted."""
-    best, seeded_from, sims = _best_seed(job, seeds, progress)
+    job, best, seeded_from, sims = _best_seed(job, seeds, progress)
     first_cell = int(math.ceil(job.warmup_s / best.plan.grid_s))
     share = FIRST_CUT
     needed = needed_cells(job, best)
@@ -288,7 +317,8 @@ def offline_schedule(job: OfflineJob, seeds: Mapping[str, TargetPlan], max_simul
     finally:
         judges.close()
     method = METHOD.format(grid=best.plan.grid_s, sims=sims)
-    return OfflineSchedule(best.plan, best.replay, best.attainment, best.gpu_hours, sims, seeded_from, method)
+    return OfflineSchedule(best.plan, best.replay, best.attainment, best.gpu_hours, sims, seeded_from, method,
+                           job.target, job.reachable)
 
 
 def _same(a: TargetPlan, b: TargetPlan) -> bool:
