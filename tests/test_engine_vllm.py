@@ -16,8 +16,8 @@ from prom_fixtures import require_prometheus
 
 from planner.emulator.vllm_metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S, buckets_1_2_5
 from planner.sources.dialects import VLLM
-from planner.sources.local_prometheus import LocalPrometheus, Target
 from planner.sources.prometheus import PrometheusSource
+from planner.testing.local_prometheus import LocalPrometheus, Target
 from planner.testing.vllm_cpu import VLLM_CPU_VERSION, VllmServer
 from planner.types import Observation
 
