@@ -74,7 +74,7 @@ def sla_pressure(spec: DeciderSpec, demand: Demand, factors: Factors,
                 prefill_table.extend(prefill_ttft_table_ms(model, demand.prefill, max(1, asked[Pool.PREFILL]),
                                                            factors.ttft))
             return prefill_table[min(c, len(prefill_table) - 1)] / model.ttft_target_ms
-        return decode_itl_ms(model, demand.decode, c, factors.itl) / model.itl_target_ms
+        return decode_itl_ms(model, demand.decode, c, factors.itl, demand.isl_mix) / model.itl_target_ms
 
     def pressure(pool: Pool, c: int) -> float:
         if (pool, c) not in seen:

@@ -39,6 +39,9 @@ class Sizing:
     predicted_ms: float  # the pool's own latency (TTFT for prefill, ITL for decode) at `replicas`
     reasons: tuple[Reason, ...] = ()
     predicted_other_ms: float | None = None  # aggregated: ITL next to the TTFT in predicted_ms
+    # Share of requests whose own prefill is longer than the TTFT target: no number of replicas serves them in
+    # time, so they are counted (and reported) instead of chased.
+    unservable_share: float = 0.0
 
 
 # --------------------------------------------------------------------------------------------- prefill
@@ -130,13 +133,14 @@ def _size_prefill_mix(model: SizingModel, load: Load, factor: float, ceiling: in
     sla_infeasible when they alone break the percentile), not chased."""
     pm = prefill_mix(model, model.engine, mix, load.isl_tokens, True)
     target_s = model.ttft_target_ms / 1e3 / factor
-    reasons = (Reason.SLA_INFEASIBLE,) if pm.infeasible_share(target_s) >= 1.0 - model.percentile else ()
+    unservable = pm.infeasible_share(target_s)
+    reasons = (Reason.SLA_INFEASIBLE,) if unservable >= 1.0 - model.percentile else ()
     w = smallest_pool_for_mix(pm, load.rate_rps, target_s, model.percentile, ceiling)
     if w is None:  # even the ceiling cannot keep up: ask for what throughput needs, the ceiling will clamp
         need = load.rate_rps * pm.mean_s / INFEASIBLE_UTILISATION
-        return Sizing(need, math.ceil(need), math.inf, reasons)
+        return Sizing(need, math.ceil(need), math.inf, reasons, unservable_share=unservable)
     predicted = factor * 1e3 * ttft_quantile_s(pm, w.servers, load.rate_rps, model.percentile)
-    return Sizing(float(w.servers), w.servers, predicted, reasons)
+    return Sizing(float(w.servers), w.servers, predicted, reasons, unservable_share=unservable)
 
 
 # ---------------------------------------------------------------------------------------------- decode
@@ -148,6 +152,21 @@ def _context(load: Load) -> float:
 def _kv_context(load: Load) -> float:
     """KV a sequence holds at its end; engines reserve ISL + OSL at admission (no preemption)."""
     return max(1.0, load.isl_tokens + load.osl_tokens)
+
+
+def kv_batch_limit(model: SizingModel, load: Load, mix: LengthMix | None = None) -> int:
+    """Most sequences one decode replica's KV holds. With the prompt-length mix, the batch's total KV is a sum of
+    unlike sequences: b of them hold b x mean + z x sqrt(b) x std at the SLA percentile (a batch of 100 from a
+    mix with mean 12k and std 18k tokens needs 1.3 M tokens of KV, not 1.2 M), so the limit solves
+    b m + z s sqrt(b) <= capacity."""
+    curve = model.engine.decode
+    if mix is None:
+        return curve.kv_batch_limit(_kv_context(load))
+    scaled = mix.scaled_to(max(1.0, load.isl_tokens))
+    std = math.sqrt(sum(w * (t - scaled.mean) ** 2 for t, w in zip(scaled.tokens, scaled.weights, strict=True)))
+    m, zs = _kv_context(load), max(0.0, model.z) * std
+    root = (-zs + math.sqrt(zs * zs + 4.0 * m * curve.kv_capacity_tokens)) / (2.0 * m)
+    return int(root * root)
 
 
 def _largest_batch(model: SizingModel, engine: EngineModel, itl_ms: float, ctx: float) -> int:
@@ -191,32 +210,33 @@ def decode_batch(model: SizingModel, load: Load, replicas: int, start_itl_ms: fl
     return batch, itl
 
 
-def decode_itl_ms(model: SizingModel, load: Load, replicas: int, factor: float = 1.0) -> float:
+def decode_itl_ms(model: SizingModel, load: Load, replicas: int, factor: float = 1.0,
+                  mix: LengthMix | None = None) -> float:
     """Predicted ITL at the SLA percentile (the batch at the percentile's concurrency) for ``replicas``."""
     if load.rate_rps <= 0:
         return factor * model.itl_ms(model.engine, 1, _context(load))
     if replicas <= 0:
         return math.inf
     batch, itl = decode_batch(model, load, replicas, max(model.itl_target_ms / factor, 1e-3), factor)
-    curve = model.engine.decode
-    if batch > min(curve.max_batch, curve.kv_batch_limit(_kv_context(load))):
+    if batch > min(model.engine.decode.max_batch, kv_batch_limit(model, load, mix)):
         return math.inf
     return factor * itl
 
 
-def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000) -> Sizing:
+def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000,
+                mix: LengthMix | None = None) -> Sizing:
     """Smallest decode pool whose batch at the percentile's concurrency meets the ITL target and fits the KV.
 
     The batch limit per replica is the largest batch whose ITL at the forecast context meets the target
     (after calibration) and whose KV (ISL + OSL per sequence) fits; concurrency is Little's rate x OSL x ITL.
     """
     if load.rate_rps <= 0:
-        return Sizing(0.0, 0, decode_itl_ms(model, load, 0, factor))
+        return Sizing(0.0, 0, decode_itl_ms(model, load, 0, factor, mix))
     curve, ctx = model.engine.decode, _context(load)
     reasons: list[Reason] = []
     budget_ms = model.itl_target_ms / factor
     b_itl = _largest_batch(model, model.engine, budget_ms, ctx)
-    b_kv = curve.kv_batch_limit(_kv_context(load))
+    b_kv = kv_batch_limit(model, load, mix)
     if b_itl == 0:
         reasons.append(Reason.SLA_INFEASIBLE)
         b_itl = 1  # the lowest ITL the profile offers
@@ -240,7 +260,7 @@ def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: in
         else:
             lo = mid + 1
     replicas = min(hi, ceiling)
-    return Sizing(float(replicas), replicas, decode_itl_ms(model, load, replicas, factor), (*reasons,))
+    return Sizing(float(replicas), replicas, decode_itl_ms(model, load, replicas, factor, mix), (*reasons,))
 
 
 # ------------------------------------------------------------------------------------------ aggregated
@@ -308,6 +328,6 @@ def _size_aggregated_mix(model: SizingModel, load: Load, ttft_factor: float, itl
     for c in range(start, ceiling + 1):
         t, i = aggregated_latency_ms(model, load, c, ttft_factor, itl_factor, mix)
         if i <= model.itl_target_ms and fits(wait_at(c, load.rate_rps, pm.mean_s, pm.scv, model.percentile)):
-            return Sizing(float(c), c, t, reasons, i)
+            return Sizing(float(c), c, t, reasons, i, pm.infeasible_share(target_s))
     need = max(float(start), load.rate_rps * pm.mean_s / INFEASIBLE_UTILISATION)
     return Sizing(need, math.ceil(need), math.inf, (Reason.SLA_INFEASIBLE,), math.inf)

@@ -19,4 +19,4 @@ def size_pools(spec: DeciderSpec, demand: Demand, factors: Factors) -> dict[Pool
         return {Pool.AGGREGATED: size_aggregated(spec.model, demand.load, factors.ttft, factors.itl,
                                                  mix=demand.isl_mix)}
     return {Pool.PREFILL: size_prefill(spec.model, demand.prefill, factors.ttft, mix=demand.isl_mix),
-            Pool.DECODE: size_decode(spec.model, demand.decode, factors.itl)}
+            Pool.DECODE: size_decode(spec.model, demand.decode, factors.itl, mix=demand.isl_mix)}

@@ -11,10 +11,11 @@ Method (written into every report):
    cheapest seed that reaches the percentile is the start. Where even the pools' ceilings miss the
    percentile (requests whose own prefill is longer than the TTFT target, which no number of replicas
    serves in time), the target becomes the percentile among what the ceilings reach, and the report says so.
-4. Greedy trimming: cut the targets of the grid cells whose capacity no missed request needed (no miss of
-   that pool's kind arrived while it was asked for or starting), by a share that halves after every
-   rejected cut; a cut is kept only when the full simulation still meets the percentile and spends less.
-   Stops when no cut of one replica is accepted or the simulation budget is spent.
+4. Greedy trimming, one pool at a time: cut the targets of the grid cells whose capacity no missed request
+   needed (no miss of that pool's kind, by a request its own prefill could have served in time, arrived
+   while it was asked for or starting), by a share that halves after every rejected cut, down to single
+   replicas on a shrinking share of the cells; a cut is kept only when the full simulation still meets the
+   percentile and spends less. Stops when no cut is left to try or the simulation budget is spent.
 So no policy of the run can both spend less and attain more than the schedule (it started from each of
 them), and the schedule is a real, replayable sequence of targets: an upper bound on the optimum, not a
 bound below it (the lower bound in the same report is that).
@@ -43,6 +44,7 @@ METHOD = ("greedy trim of the cheapest policy schedule meeting the SLA percentil
           "scored window), every candidate judged by one continuous simulation of the whole replay; grid "
           "{grid:g} s, {sims} simulations; an achievable schedule, not a lower bound")
 FIRST_CUT = 0.25  # share of a cell's replicas the first trim removes
+MIN_STEP = 1.0 / 256  # below this a pool's trimming stops (one replica from under 1 % of its free cells)
 RAISE = 1.25  # uniform raise when no seed reaches the percentile
 Progress = Callable[[str, int], None]  # (what is being simulated, simulations so far)
 
@@ -196,17 +198,24 @@ def _servable(job: OfflineJob) -> np.ndarray:
     return (own_s * 1e3 <= job.policy.sla.ttft_ms)[where]
 
 
-def trimmed(plan: TargetPlan, needed: Mapping[str, np.ndarray], floors: Mapping[str, int], share: float,
-            first_cell: int) -> TargetPlan:
-    """The plan with every cell no miss needed cut by ``share`` of its replicas (at least one, never below
-    the floor); cells before ``first_cell`` (the warm-up) are left alone."""
-    out = {}
-    for pool, v in plan.targets.items():
-        cut = np.maximum(1, np.floor(v * share)).astype(np.int64)
-        free = ~needed[pool]
-        free[:first_cell] = False
-        out[pool] = np.where(free, np.maximum(floors[pool], v - cut), v)
-    return TargetPlan(plan.grid_s, out)
+def trimmed(plan: TargetPlan, needed: Mapping[str, np.ndarray], floors: Mapping[str, int], pool: str,
+            step: float, first_cell: int, last_cell: int | None = None) -> TargetPlan:
+    """The plan with ``pool``'s cells that no miss needed cut (never below the floor; cells before
+    ``first_cell``, the warm-up, and from ``last_cell`` on, after the replay ended, left alone): ``step`` of
+    each cell's replicas, rounded down; where that rounds to nothing anywhere (small pools, small steps), one
+    replica from a share 2 x ``step`` of the free cells, the fullest first, so a pool of two replicas is not
+    cut in half at once."""
+    v = plan.targets[pool]
+    free = ~needed[pool] & (v > floors[pool])
+    free[:first_cell] = False
+    if last_cell is not None:
+        free[last_cell:] = False
+    cut = np.floor(v * step).astype(np.int64) * free
+    if not cut.any():
+        cells = np.flatnonzero(free)
+        chosen = cells[np.argsort(-v[cells], kind="stable")][:max(1, int(len(cells) * min(1.0, 2.0 * step)))]
+        cut[chosen] = 1
+    return TargetPlan(plan.grid_s, {**plan.targets, pool: np.maximum(floors[pool], v - cut)})
 
 
 def raised(plan: TargetPlan, ceilings: Mapping[str, int]) -> TargetPlan:
@@ -229,8 +238,8 @@ def _best_seed(job: OfflineJob, seeds: Mapping[str, TargetPlan], progress: Progr
     if not any(j.attainment >= job.target for j in judged.values()):
         top = next(iter(seeds.values()))
         ceilings = TargetPlan(top.grid_s, {p: np.full(top.cells, c, dtype=np.int64) for p, c in job.ceilings().items()})
-        judged["ceilings"], sims = judge(job, ceilings), sims + 1
-        job = replace(job, reachable=judged["ceilings"].attainment)
+        at_ceilings, sims = judge(job, ceilings), sims + 1
+        job = replace(job, reachable=at_ceilings.attainment)
     feasible = {n: j for n, j in judged.items() if j.attainment >= job.target}
     if feasible:
         name = min(feasible, key=lambda n: (feasible[n].gpu_hours, n))
@@ -285,35 +294,39 @@ class _Judge:
 
 def offline_schedule(job: OfflineJob, seeds: Mapping[str, TargetPlan], max_simulations: int = 24,
                      progress: Progress | None = None, workers: int = 1) -> OfflineSchedule:
-    """Seeds -> the cheapest that meets the percentile -> greedy trimming, every step a full simulation.
+    """Seeds -> the cheapest that meets the target -> greedy trimming, every step a full simulation.
 
-    With ``workers`` > 1 each round judges that many cuts at once (the current share, half of it, ...) and
-    keeps the deepest one accepted."""
+    Each round cuts each pool that still has room on its own (one candidate per pool, judged at once on
+    ``workers`` processes) and keeps the cheapest candidate that still meets the target; a pool whose cut is
+    rejected halves its step (a share of replicas per cell, then single replicas on a shrinking share of
+    cells) until nothing is left to try."""
     job, best, seeded_from, sims = _best_seed(job, seeds, progress)
     first_cell = int(math.ceil(job.warmup_s / best.plan.grid_s))
-    share = FIRST_CUT
+    steps = dict.fromkeys(best.plan.targets, FIRST_CUT)
     needed = needed_cells(job, best)
     judges = _Judge(job, max(1, workers))
     try:
-        while sims < max_simulations and best.attainment >= job.target:
-            shares = [share / 2 ** i for i in range(max(1, min(workers, max_simulations - sims)))]
-            plans = [trimmed(best.plan, needed, job.floors(), x, first_cell) for x in shares]
-            fresh = [(x, p) for x, p in zip(shares, plans, strict=True) if not _same(p, best.plan)]
-            if not fresh:
-                break  # every cell is needed or at its floor
-            results = judges.many([p for _, p in fresh])
-            sims += len(fresh)
+        while sims < max_simulations and steps:
+            last_cell = int(math.ceil(best.replay.end_s / best.plan.grid_s)) + 1
+            tries = [(p, trimmed(best.plan, needed, job.floors(), p, x, first_cell, last_cell))
+                     for p, x in steps.items()]
+            tries = [(p, plan) for p, plan in tries if not _same(plan, best.plan)][:max_simulations - sims]
+            steps = {p: steps[p] for p, _ in tries}  # a pool with nothing left to cut is done
+            if not tries:
+                break
+            results = judges.many([plan for _, plan in tries])
+            sims += len(tries)
             if progress:
-                progress(f"trim {share:.3f}", sims)
-            kept = [(x, r) for (x, _), r in zip(fresh, results, strict=True)
+                progress("trim " + ", ".join(f"{p} {steps[p]:.3g}" for p, _ in tries), sims)
+            kept = [(r.gpu_hours, p, r) for (p, _), r in zip(tries, results, strict=True)
                     if r.attainment >= job.target and r.gpu_hours < best.gpu_hours]
             if kept:
-                share, best = kept[0]  # the deepest cut that still meets the percentile
+                _, pool, best = min(kept, key=lambda k: k[0])
                 needed = needed_cells(job, best)
-            elif shares[-1] * max(int(v.max()) for v in best.plan.targets.values()) < 1.0:
-                break  # even one replica per cell is too much to cut at once
-            else:
-                share = shares[-1] / 2.0
+            for p, _ in tries:
+                if not kept or p != pool:
+                    steps[p] /= 2.0
+            steps = {p: x for p, x in steps.items() if x >= MIN_STEP}
     finally:
         judges.close()
     method = METHOD.format(grid=best.plan.grid_s, sims=sims)
