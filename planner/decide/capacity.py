@@ -86,6 +86,29 @@ def prefill_ttft_ms(model: SizingModel, load: Load, replicas: int, factor: float
     return factor * 1e3 * (w.quantile_s + _ttft_fixed_s(model, model.engine, load.isl_tokens, True))
 
 
+def prefill_ttft_mean_ms(model: SizingModel, load: Load, replicas: int, mix: LengthMix | None = None,
+                         aggregated: bool = False) -> float:
+    """Predicted *mean* TTFT (wait + prefill + the rest) of a pool of ``replicas``: what an engine's exact
+    _sum/_count gives, for calibration where its buckets cannot resolve a percentile. The mean M/G/c wait is
+    C(c, a) x (1 + cs^2) / 2 / (c mu - lambda) (Allen-Cunneen)."""
+    engine = model.aggregated if aggregated else model.engine
+    if mix is not None:
+        pm = prefill_mix(model, engine, mix, load.isl_tokens, not aggregated)
+        s, scv = pm.mean_s, pm.scv
+        fixed = sum(w * (x + f) for w, x, f in zip(pm.weights, pm.service_s, pm.fixed_s, strict=True))
+    else:
+        s, scv = _service(model, engine, max(1.0, load.isl_tokens))
+        isl = max(1.0, load.isl_tokens)
+        fixed = s + model.itl_target_ms / 1e3 + (0.0 if aggregated else transfer_s(
+            isl, model.kv_bytes_per_token, model.link_bytes_per_s))
+    w = wait_at(replicas, load.rate_rps, s, scv, model.percentile)
+    if replicas <= 0 or w.utilisation >= 1.0:
+        return math.inf
+    drain = replicas / s - load.rate_rps if s > 0 else math.inf
+    wait = w.p_wait * (1.0 + scv) / 2.0 / drain if drain > 0 and load.rate_rps > 0 else 0.0
+    return 1e3 * (wait + fixed)
+
+
 def prefill_ttft_table_ms(model: SizingModel, load: Load, max_replicas: int, factor: float = 1.0,
                           mix: LengthMix | None = None) -> list[float]:
     """Predicted TTFT for every prefill pool size 0..max_replicas (one pass; for the budget split)."""
