@@ -21,7 +21,7 @@ from planner.profile import load_profile
 from planner.service.background import BackgroundServer
 from planner.sources.prometheus import PrometheusSource
 from planner.testing.local_prometheus import LocalPrometheus
-from planner.types import Decision, NoData, NoDataReason, Observation, PoolDecision, Reason
+from planner.types import Decision, NoData, NoDataReason, Observation, PoolDecision, Reason, buckets_1_2_5
 
 pytestmark = pytest.mark.prometheus
 REPO = Path(__file__).resolve().parent.parent
@@ -89,6 +89,12 @@ def test_observation_matches_what_the_emulators_served(prom_env: PromEnv) -> Non
         assert p.rate_rps == pytest.approx(n / 30.0)
         assert p.isl_mean == pytest.approx(sum(s.prompt_tokens for s in served) / n, rel=1e-12)
         assert p.osl_mean == pytest.approx(sum(s.generation_tokens for s in served) / n, rel=1e-12)
+        # The prompt-length histogram, bucket by bucket: every request in the bucket its length falls in.
+        counts: dict[float, float] = {}
+        for srv in served:
+            le = next(b for b in (*buckets_1_2_5(1 << 20), math.inf) if srv.prompt_tokens <= b)
+            counts[le] = counts.get(le, 0.0) + 1
+        assert dict(p.isl_buckets) == counts
         assert (p.queue, p.running, p.kv_usage, p.ready_replicas) == (0, 0, 0, 1)
         assert p.ttft_ms_mean == pytest.approx(1e3 * sum(engine.ttft_s) / len(engine.ttft_s), rel=1e-9)
         for q, got in ((0.5, p.ttft_ms_p50), (0.95, p.ttft_ms_p95)):

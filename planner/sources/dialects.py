@@ -60,6 +60,12 @@ class Ratio:
     def histogram(cls, name: str) -> Ratio:
         return cls(f"{name}_sum", f"{name}_count")
 
+    @property
+    def histogram_name(self) -> str | None:
+        """The histogram's base name when this ratio is one's _sum/_count (its buckets give the distribution)."""
+        base = self.numerator.removesuffix("_sum")
+        return base if self.numerator.endswith("_sum") and self.denominator == f"{base}_count" else None
+
 
 @dataclass(frozen=True)
 class Dialect:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.sources.dialects import Dialect
-from planner.sources.promql import BOUNDS_SUFFIX, POOL_LABEL, Q_LABEL, QUANTILES
+from planner.sources.promql import BOUNDS_SUFFIX, COUNTS_SUFFIX, POOL_LABEL, Q_LABEL, QUANTILES
 from planner.sources.resolution import Resolution, bracket
 from planner.types import NoData, NoDataReason, Observation, PoolObservation
 
@@ -32,6 +32,7 @@ class _Problem:
 class PoolSamples:
     values: dict[str, float] = field(default_factory=dict)  # signal -> its one sample
     bounds: dict[str, list[float]] = field(default_factory=dict)  # ttft/itl -> the histogram's bucket bounds (s)
+    counts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # isl -> (le, cumulative count)
 
 
 def samples_by_pool(result: Any, pools: Sequence[str]) -> dict[str, PoolSamples]:
@@ -53,6 +54,10 @@ def samples_by_pool(result: Any, pools: Sequence[str]) -> dict[str, PoolSamples]
         if q.endswith(BOUNDS_SUFFIX):  # one sample per bucket bound, the bound in its le label
             out[pool].bounds.setdefault(q.removesuffix(BOUNDS_SUFFIX), []).append(_bound(item["metric"], pool, q))
             continue
+        if q.endswith(COUNTS_SUFFIX):  # one sample per bucket bound, its value the bucket's cumulative count
+            out[pool].counts.setdefault(q.removesuffix(COUNTS_SUFFIX), []).append(
+                (_bound(item["metric"], pool, q), _number(value[1], pool, q)))
+            continue
         if q in out[pool].values:
             raise BadResponse(f"pool {pool!r} signal {q!r}: more than one sample (selector too broad?)")
         try:
@@ -60,6 +65,27 @@ def samples_by_pool(result: Any, pools: Sequence[str]) -> dict[str, PoolSamples]
         except ValueError:
             raise BadResponse(f"pool {pool!r} signal {q!r}: value {value[1]!r} is not a number") from None
     return out
+
+
+def _number(text: str, pool: str, q: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise BadResponse(f"pool {pool!r} signal {q!r}: value {text!r} is not a number") from None
+
+
+def per_bucket(cumulative: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """Cumulative histogram samples (le, count) as (upper bound, requests in that bucket); NaN or negative
+    steps (a counter reset inside the window) make the distribution unknown: ()."""
+    out, below = [], 0.0
+    for le, count in sorted(cumulative):
+        n = count - below
+        if not math.isfinite(count) or n < -1e-9:
+            return ()
+        if n > 0:
+            out.append((le, n))
+        below = max(below, count)
+    return tuple(out)
 
 
 def _bound(metric: Mapping[str, str], pool: str, q: str) -> float:
@@ -110,6 +136,7 @@ def _pool(d: Dialect, pool: str, got: PoolSamples, window_s: float, now_s: float
         itl_ms_p50=lat["itl_p50"], itl_ms_p95=lat["itl_p95"], itl_ms_mean=lat["itl_mean"],
         queue=max(0.0, need["queue"]), running=max(0.0, need["running"]), kv_usage=kv,
         ready_replicas=int(vals.get("fresh", 0.0)),
+        isl_buckets=per_bucket(got.counts.get("isl", ())),
         **_resolutions(got.bounds, targets_ms),
     )
 
