@@ -2,8 +2,9 @@
 
 Units follow Prometheus conventions (seconds, ratios); label values are bounded: ``policy`` and ``pool``
 come from the policy file, ``reason`` from the closed Reason enum, ``kind`` from ERROR_KINDS, ``signal``
-from the missing-signal detector's fixed list. A value the planner does not have (no observation, no
-prediction) *removes* the series instead of writing 0: a dashboard then shows a gap, never a fake zero.
+from the missing-signal detector's fixed list (ttft or itl for the resolution ratio). A value the planner
+does not have (no observation, no prediction) *removes* the series instead of writing 0: a dashboard then
+shows a gap, never a fake zero.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ class PlannerMetrics:
                                    "mean.", [*pp, "stat"], registry=r)
         self.observed_itl = Gauge("planner_observed_itl_seconds", "Observed ITL; stat is p50, p95 or mean.",
                                   [*pp, "stat"], registry=r)
+        self.signal_resolution_ratio = Gauge("planner_signal_resolution_ratio", "Width of the latency "
+                                             "histogram's bucket that holds the SLA target, over the target: the "
+                                             "relative error of a p95 read there; above 0.25 the p95 is unresolved "
+                                             "(+Inf: the target is past the last bucket). signal is ttft or itl.",
+                                             [*pp, "signal"], registry=r)
         self.predicted_ttft = Gauge("planner_predicted_ttft_seconds", "TTFT the profile predicts for the "
                                     "chosen sizes (pool=\"all\": end to end).", pp, registry=r)
         self.predicted_itl = Gauge("planner_predicted_itl_seconds", "ITL the profile predicts for the chosen "
@@ -178,6 +184,11 @@ def record_observation(metrics: PlannerMetrics, policy: str, observation: Observ
                                 ("mean", o.ttft_ms_mean, o.itl_ms_mean)):
             _set(metrics.observed_ttft, {**labels, "stat": stat}, ttft, 1e-3)
             _set(metrics.observed_itl, {**labels, "stat": stat}, itl, 1e-3)
+        for signal, ratio in (("ttft", o.ttft_p95_resolution), ("itl", o.itl_p95_resolution)):
+            if ratio is None:  # not assessed: no series rather than a made-up value
+                _set(metrics.signal_resolution_ratio, {**labels, "signal": signal}, None)
+            else:  # +Inf is a value here (no bucket resolves the target), not a missing one
+                metrics.signal_resolution_ratio.labels(**labels, signal=signal).set(ratio)
         if decision is not None and pool in decision.pools and o.ready_replicas is not None:
             gpus += o.ready_replicas * decision.pools[pool].gpus_per_replica
         else:

@@ -1,12 +1,12 @@
 """Against ONE real vLLM server (the CPU build, a tiny random-weight model): streaming and usage, the
 ``vllm:*`` families the vllm dialect reads, and a real Prometheus + PrometheusSource reading exactly what
-was sent. The server starts once for the module (~1 min on 2 cores); every request goes through a ledger.
+was sent, with the bucket resolution of vLLM's real histograms. The server starts once for the session
+(~1 min on 2 cores, conftest.py's shared_vllm); every request goes through its ledger.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -26,16 +26,14 @@ MAX_MODEL_LEN = 4096  # VllmServer's DEFAULT_ARGS
 ENGINE_LABELS = {"model_name", "engine"}
 
 
-@pytest.fixture(scope="module")
-def server(vllm_engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    with VllmServer(vllm_engine.python, vllm_engine.model_dir, cpus="0",
-                    log_dir=tmp_path_factory.mktemp("vllm-log")) as s:
-        yield s
+@pytest.fixture
+def server(shared_vllm) -> VllmServer:
+    return shared_vllm.get()  # one server for the session (conftest.py), shared with test_engine_vllm_api.py
 
 
-@pytest.fixture(scope="module")
-def ledger() -> Ledger:
-    return Ledger()
+@pytest.fixture
+def ledger(shared_vllm, server: VllmServer) -> Ledger:
+    return shared_vllm.ledger
 
 
 @pytest.mark.parametrize("kind", ["completion", "chat"])
@@ -140,7 +138,8 @@ def test_prometheus_source_reads_exactly_what_was_sent(server: VllmServer, ledge
                                     [pool.submit(send, server.url, *job) for job in jobs]]
         wait_success_total(prom, selector, len(ledger.replies))
         now_s = time.time()
-        obs = PrometheusSource(prom.url, "vllm", {"agg": selector}).read(now_s - start_s, now_s)
+        obs = PrometheusSource(prom.url, "vllm", {"agg": selector},
+                               targets_ms={"ttft": 200.0, "itl": 40.0}).read(now_s - start_s, now_s)
     assert isinstance(obs, Observation), obs
     p = obs.pools["agg"]
     n = len(replies)
@@ -154,3 +153,8 @@ def test_prometheus_source_reads_exactly_what_was_sent(server: VllmServer, ledge
     assert p.ttft_ms_mean is not None and 0 < p.ttft_ms_mean <= sum(client_ttft_ms) / len(client_ttft_ms)
     assert p.itl_ms_mean is not None and p.itl_ms_mean > 0
     assert p.itl_ms_p50 is not None and p.itl_ms_p95 is not None and p.itl_ms_p50 <= p.itl_ms_p95
+    # vLLM's own bucket layout, read back through Prometheus: a 200 ms TTFT target lies in (100, 250] ms and
+    # a 40 ms ITL target in (25, 50] ms - too coarse to judge a p95 there; the means above are exact.
+    assert (p.ttft_p95_bracket_ms, p.ttft_p95_resolved) == (pytest.approx((100, 250)), False)
+    assert (p.itl_p95_bracket_ms, p.itl_p95_resolved) == (pytest.approx((25, 50)), False)
+    assert p.itl_p95_resolution == pytest.approx(0.625)

@@ -1,7 +1,7 @@
 """A real disaggregated pair (vLLM CPU build): a prefill server (kv_producer) and a decode server
 (kv_consumer) sharing KV through files (ExampleConnector), routed in two steps by the test as a proxy
-would: prefill with max_tokens=1, then stream from the decode server. Its own module, so the aggregated
-server of test_engine_vllm.py is stopped before these two start (2 cores)."""
+would: prefill with max_tokens=1, then stream from the decode server. The session's aggregated server
+(conftest.py) is stopped before these two start (2 cores); module order runs it after its users."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ def block_size(families: dict) -> int:
     return int(sample.labels["block_size"])
 
 
-def test_disaggregated_pair_streams_and_the_decode_server_counts_the_request(vllm_engine, tmp_path) -> None:
+def test_disaggregated_pair_streams_and_the_decode_server_counts_the_request(vllm_engine, shared_vllm,
+                                                                             tmp_path) -> None:
+    shared_vllm.stop()  # the session's aggregated server would compete for the 2 cores with the pair
     kv_path = tmp_path / "kv"
     kv_path.mkdir()
     prefill = VllmServer(vllm_engine.python, vllm_engine.model_dir, role="kv_producer", kv_path=kv_path,

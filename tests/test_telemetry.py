@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import httpx
@@ -98,6 +99,20 @@ def test_missing_values_remove_series_instead_of_writing_zero() -> None:
     assert sample(m, "planner_observed_ttft_seconds", policy="pol", pool="prefill", stat="p95") is None
     assert sample(m, "planner_gpus_in_use", policy="pol") is None  # ready replicas unknown
     assert sample(m, "planner_observed_rate_rps", policy="pol", pool="prefill") == 0  # measured zero is zero
+
+
+def test_resolution_ratio_per_pool_and_signal() -> None:
+    m = PlannerMetrics()
+    unresolved = PoolObservation(10, 1.0, itl_p95_bracket_ms=(25.0, 50.0), itl_p95_resolution=0.625,
+                                 itl_p95_resolved=False, ttft_p95_bracket_ms=(80_000.0, math.inf),
+                                 ttft_p95_resolution=math.inf, ttft_p95_resolved=False)
+    record_observation(m, "pol", Observation(0.0, 60.0, {"decode": unresolved}))
+    assert sample(m, "planner_signal_resolution_ratio", policy="pol", pool="decode", signal="itl") == 0.625
+    assert sample(m, "planner_signal_resolution_ratio", policy="pol", pool="decode", signal="ttft") == math.inf
+    # Not assessed (no target, no buckets) removes the series: no made-up ratio.
+    record_observation(m, "pol", Observation(0.0, 60.0, {"decode": PoolObservation(10, 1.0)}))
+    assert sample(m, "planner_signal_resolution_ratio", policy="pol", pool="decode", signal="itl") is None
+    assert "planner_signal_resolution_ratio" in exported_series_names()
 
 
 def test_no_data_counts_an_error_of_its_reason() -> None:
