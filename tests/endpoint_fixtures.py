@@ -51,7 +51,8 @@ class EmulatorProcess:
             except httpx.TransportError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self.proc.stderr.read().decode() if self.proc.stderr and self.proc.poll() is not None else ""
+                done = self.proc.poll() is not None and self.proc.stderr and not self.proc.stderr.closed
+                err = self.proc.stderr.read().decode() if done and self.proc.stderr else ""
                 self.stop()
                 raise RuntimeError(f"planner emulate on port {self.port} did not start: {err[-2000:]}")
             time.sleep(0.1)

@@ -8,7 +8,11 @@ Implemented faithfully enough to exercise the client's real request/response pat
 - status codes with ``Status`` bodies: 404 NotFound, 403 Forbidden (targets or verbs configured as
   forbidden), 409 Conflict (stale ``metadata.resourceVersion`` on PUT/PATCH, or a Lease that exists),
   422 Invalid (negative replicas);
-- one cluster-wide ``resourceVersion`` counter that increments on every write, like etcd's revision.
+- one cluster-wide ``resourceVersion`` counter that increments on every write, like etcd's revision;
+- ``apps/v1`` Deployments and ``v1`` Services as whole objects: create (POST, 409 AlreadyExists), get
+  (GET, also a Deployment's ``/status``), delete (DELETE, 404 when gone); 403 for ``(plural, verb)`` in
+  ``forbidden``. Nothing runs pods: ``on_create`` / ``on_delete`` hooks let a test stand processes in for
+  them, and :meth:`FakeKube.set_ready` sets a Deployment's ready replicas.
 
 Every request is logged in ``requests`` as (method, path) so tests can assert that nothing was written.
 """
@@ -24,8 +28,10 @@ from typing import Any
 
 SCALE_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/"
                         r"(?P<plural>[^/]+)/(?P<name>[^/]+)/scale$")
+OBJECT_PATH = re.compile(r"^/(?:apis/(?P<group>apps)/v1|api/v1)/namespaces/(?P<ns>[^/]+)/"
+                         r"(?P<plural>deployments|services)(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")
 LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases(?:/(?P<name>[^/]+))?$")
-VERB = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create"}
+VERB = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create", "DELETE": "delete"}
 
 
 @dataclass
@@ -53,6 +59,10 @@ class FakeKube:
     conflicts_to_inject: int = 0  # the next N writes to a scale answer 409 after bumping the object (a race)
     revision: int = 100
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Whole objects created through the API: (plural, namespace, name) -> the stored manifest.
+    stored: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    on_create: Any = None  # called as on_create(plural, manifest) under the lock: start work, don't block
+    on_delete: Any = None  # called as on_delete(plural, manifest) under the lock
 
     # ------------------------------------------------------------------------------------------ state
     def add(self, group: str, version: str, plural: str, namespace: str, name: str, replicas: int) -> ScaleObject:
@@ -77,7 +87,22 @@ class FakeKube:
             obj.replicas, obj.resource_version = replicas, self.revision
 
     def writes(self) -> list[tuple[str, str]]:
-        return [r for r in self.requests if r[0] in ("PUT", "PATCH", "POST")]
+        return [r for r in self.requests if r[0] in ("PUT", "PATCH", "POST", "DELETE")]
+
+    def set_ready(self, namespace: str, name: str, ready_replicas: int = 1) -> None:
+        """What the Deployment controller and kubelet would report once the pods pass their probes."""
+        with self.lock:
+            obj = self.stored.get(("deployments", namespace, name))
+            if obj is None:
+                return
+            self.revision += 1
+            obj["metadata"]["resourceVersion"] = str(self.revision)
+            obj["status"] = {"observedGeneration": obj["metadata"]["generation"], "replicas": ready_replicas,
+                             "readyReplicas": ready_replicas, "availableReplicas": ready_replicas,
+                             "updatedReplicas": ready_replicas}
+
+    def names(self, plural: str) -> list[str]:
+        return sorted(name for (p, _, name) in self.stored if p == plural)
 
     # ------------------------------------------------------------------------------------------ server
     def start(self) -> FakeKube:
@@ -102,14 +127,14 @@ class FakeKube:
 
             def _handle(self) -> None:
                 path = self.path.split("?", 1)[0]
-                body = self._body() if self.command in ("PUT", "PATCH", "POST") else None
+                body = self._body() if self.command in ("PUT", "PATCH", "POST", "DELETE") else None
                 with outer.lock:
                     outer.requests.append((self.command, path))
                     status, reply = outer.dispatch(self.command, path, body,
                                                    self.headers.get("Content-Type", ""))
                 self._send(status, reply)
 
-            do_GET = do_PUT = do_PATCH = do_POST = _handle  # noqa: N815
+            do_GET = do_PUT = do_PATCH = do_POST = do_DELETE = _handle  # noqa: N815
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -141,6 +166,9 @@ class FakeKube:
         m = LEASE_PATH.match(path)
         if m:
             return self._lease(method, m["ns"], m["name"], body)
+        m = OBJECT_PATH.match(path)
+        if m:
+            return self._object(method, m["plural"], m["ns"], m["name"], body)
         return status_body(404, "NotFound", f"the server could not find the requested resource ({path})")
 
     def _scale(self, method: str, p: dict[str, str], body: Any, content_type: str) -> tuple[int, dict]:
@@ -226,6 +254,51 @@ class FakeKube:
                   "spec": body.get("spec") or {}}
         self.leases[(ns, name)] = stored
         return stored
+
+
+    def _object(self, method: str, plural: str, ns: str, name: str | None, body: Any) -> tuple[int, dict]:
+        kind = {"deployments": "Deployment", "services": "Service"}[plural]
+        resource = f"{plural}.apps" if plural == "deployments" else plural
+        verb = VERB.get(method, method.lower())
+        if (plural, verb) in self.forbidden:
+            return status_body(403, "Forbidden", f'{resource} is forbidden: User "system:serviceaccount:{ns}:planner" '
+                               f'cannot {verb} resource "{plural}" in the namespace "{ns}"')
+        if method == "POST" and name is None:
+            return self._create(plural, kind, resource, ns, body)
+        if name is None:
+            return status_body(405, "MethodNotAllowed", "list is not implemented by the fake")
+        obj = self.stored.get((plural, ns, name))
+        if obj is None:
+            return status_body(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": plural})
+        if method == "GET":
+            return 200, obj
+        if method == "DELETE":
+            del self.stored[(plural, ns, name)]
+            self.revision += 1
+            if self.on_delete is not None:
+                self.on_delete(plural, obj)
+            if plural == "services":  # the API server answers a Service delete with the object
+                return 200, obj
+            return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                         "details": {"name": name, "kind": plural}}
+        return status_body(405, "MethodNotAllowed", f"method {method} not allowed")
+
+    def _create(self, plural: str, kind: str, resource: str, ns: str, body: Any) -> tuple[int, dict]:
+        name = ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+        if not name:
+            return status_body(422, "Invalid", f"{kind} is invalid: metadata.name: Required value")
+        if (plural, ns, name) in self.stored:
+            return status_body(409, "AlreadyExists", f'{resource} "{name}" already exists',
+                               {"name": name, "kind": plural})
+        self.revision += 1
+        obj = json.loads(json.dumps(body))
+        obj["metadata"].update(namespace=ns, uid=f"uid-{name}", resourceVersion=str(self.revision), generation=1,
+                               creationTimestamp="2026-01-01T00:00:00Z")
+        obj.setdefault("status", {})
+        self.stored[(plural, ns, name)] = obj
+        if self.on_create is not None:
+            self.on_create(plural, obj)
+        return 201, obj
 
 
 def scale_json(obj: ScaleObject) -> dict[str, Any]:
