@@ -45,10 +45,11 @@ from planner.profiler.loadgen import (
 from planner.profiler.prompts import TEXT, TOKEN_IDS, WORDS, PromptMaker
 
 T = TypeVar("T")
-METHOD = ("live server over /v1/completions (SSE, usage in the stream); prefill: TTFT at concurrency 1, one "
-          "output token, median of timed runs after untimed ones; decode: batch streams at once, ITL over the "
+METHOD = ("live server over /v1/completions (SSE, usage in the stream); the grid in passes (untimed ones "
+          "first), each point the median of its timed runs; prefill: TTFT at concurrency 1, one output token; "
+          "decode: batch streams at once, ITL over the "
           "window in which all of them decode (latest first token to earliest last token), median over "
-          "streams, then over timed runs; client-observed times (HTTP included)")
+          "streams; client-observed times (HTTP included)")
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ async def _sweep(req: SweepRequest, model: ModelSpec, url: str, tp: int, console
         asking = await probe_shape(client, server, model.vocab)
         plan = Plan(isl_grid, batch_grid, ctx_grid, req.warmup, req.iters, req.decode_tokens, max_len,
                     req.concurrency_limit)
-        total = len(isl_grid) + len(batch_grid) * len(ctx_grid)
+        total = (len(isl_grid) + len(batch_grid) * len(ctx_grid)) * (req.warmup + req.iters)
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"endpoint sweep {server.served_model} (tp {tp})", total=total)
             sweeper = Sweeper(client, server, asking.shape, asking.prompts, plan, lambda: progress.advance(task))

@@ -1,10 +1,11 @@
 """The endpoint backend's two sweeps against one live server (async; planner.profiler.endpoint drives it).
 
-Prefill: TTFT at concurrency 1 over the ISL grid, one token out (``max_tokens`` 1), the median of the timed
-runs after the untimed ones. Decode: for each context and batch, ``batch`` streams at once, each with a
-prompt of ``context - decode_tokens/2`` tokens (so the context averaged over the measured tokens is the
-grid's), asked for enough tokens that every stream decodes ``decode_tokens`` tokens while all of them do
-(planner.profiler.steady); the median over timed runs.
+Prefill: TTFT at concurrency 1 over the ISL grid, one token out (``max_tokens`` 1). Decode: for each
+context and batch, ``batch`` streams at once, each with a prompt of ``context - decode_tokens/2`` tokens (so
+the context averaged over the measured tokens is the grid's), asked for enough tokens that every stream
+decodes ``decode_tokens`` tokens while all of them do (planner.profiler.steady). The grid runs in passes,
+one run of every point each; the first ``warmup`` passes are not timed; each point is the median of its
+timed runs.
 
 Nothing is invented: a point the server cannot do (context beyond max_model_len, a batch above the
 concurrency limit, an HTTP 4xx, a batch it did not run at once, preemptions) is skipped with a note; a
@@ -73,7 +74,25 @@ def _judge(results: list[StreamResult], where: str) -> None:
         raise PointSkipped(f"{where}: {what}", failed=True)
 
 
+@dataclass
+class Point:
+    """One grid point and what its timed runs measured (ms); dead once the server could not do it."""
+
+    where: str
+    isl: int = 0  # prefill
+    batch: int = 0  # decode
+    context: int = 0  # decode
+    samples_ms: list[float] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)  # prefill: as the server counted them
+    mean_contexts: list[float] = field(default_factory=list)  # decode: context while measured
+    dead: bool = False
+
+
 class Sweeper:
+    """Runs the grid in passes (one run of every point per pass; the first ``warmup`` passes untimed), so a
+    slow spell of the server or the machine lands on one run of many points, not on every run of one point,
+    and the median over passes drops it."""
+
     def __init__(self, client: httpx.AsyncClient, server: ServerInfo, shape: RequestShape, prompts: PromptMaker,
                  plan: Plan, on_point: Callable[[], None] = lambda: None) -> None:
         self.client, self.server, self.shape, self.prompts, self.plan = client, server, shape, prompts, plan
@@ -82,30 +101,42 @@ class Sweeper:
         self._failures: list[str] = []
         self._decode_before: dict[tuple[int, int], int] = {}  # (batch, context) -> tokens before the window
 
+    def points(self) -> list[Point]:
+        prefill = [Point(f"prefill isl {isl}", isl=isl) for isl in self.plan.isl_grid]
+        decode = [Point(f"decode batch {b} context {c}", batch=b, context=c)
+                  for c in self.plan.context_grid for b in sorted(self.plan.batch_grid)]
+        return prefill + decode
+
     # --------------------------------------------------------------------------------------- driver
     async def run(self) -> Measured:
         await self._warm_up()
-        for isl in self.plan.isl_grid:
-            await self._point(f"prefill isl {isl}", self._prefill, isl)
-        for ctx in self.plan.context_grid:
-            queued_at: int | None = None
-            for batch in sorted(self.plan.batch_grid):
-                if queued_at is not None:
-                    self.out.skipped.append(f"decode batch {batch} context {ctx}: not tried (batch {queued_at} "
-                                            "was already more than the server ran at once)")
-                    self.on_point()
-                    continue
-                if await self._point(f"decode batch {batch} context {ctx}", self._decode, batch, ctx):
-                    queued_at = batch
+        points = self.points()
+        for run in range(self.plan.warmup + self.plan.iters):
+            for point in points:
+                if not point.dead and await self._point(point, timed=run >= self.plan.warmup):
+                    self._drop_larger(points, point)
+                self.on_point()
+        self._collect(points)
         return self.out
 
-    async def _point(self, where: str, measure: Callable, *args: int) -> bool:
-        """Measure one point; True when the server queued its batch (so larger batches are not tried)."""
+    def _drop_larger(self, points: list[Point], queued: Point) -> None:
+        for p in points:
+            if p.batch > queued.batch and p.context == queued.context and not p.dead:
+                p.dead = True
+                self.out.skipped.append(f"{p.where}: not tried (batch {queued.batch} was already more than the "
+                                        "server ran at once)")
+
+    async def _point(self, point: Point, timed: bool) -> bool:
+        """One run of one point; True when the server queued its batch (so larger batches are not tried)."""
         try:
-            await measure(where, *args)
+            if point.batch:
+                await self._decode(point, timed)
+            else:
+                await self._prefill(point, timed)
             self._failures.clear()
             return False
         except PointSkipped as exc:
+            point.dead = True
             self.out.skipped.append(str(exc))
             if exc.failed:
                 self._failures.append(str(exc))
@@ -115,8 +146,26 @@ class Sweeper:
             else:
                 self._failures.clear()
             return exc.queued
-        finally:
-            self.on_point()
+
+    def _collect(self, points: list[Point]) -> None:
+        for p in points:
+            if p.dead or not p.samples_ms:
+                continue
+            if not p.batch:
+                isl = p.isl
+                counted = round(statistics.median(p.prompt_tokens)) if p.prompt_tokens else p.isl
+                if not close_enough(p.isl, counted):
+                    self.out.notes.append(f"{p.where}: prompts came to {counted} tokens; recorded at that ISL")
+                    isl = counted
+                self.out.prefill.append((isl, statistics.median(p.samples_ms)))
+                continue
+            mean_ctx = statistics.fmean(p.mean_contexts)
+            if abs(mean_ctx - p.context) > 0.1 * p.context:
+                self.out.notes.append(f"{p.where}: mean context while measured was {mean_ctx:.0f} tokens")
+            self.out.decode.append((p.batch, p.context, statistics.median(p.samples_ms)))
+            self.out.largest_batch = max(self.out.largest_batch, p.batch)
+            prompt = max(1, p.context - self.plan.decode_tokens // 2)
+            self.out.most_tokens_held = max(self.out.most_tokens_held, p.batch * (prompt + self.plan.decode_tokens))
 
     async def _warm_up(self) -> None:
         """Untimed requests first: connections, the server's first-request paths, the prompt calibration."""
@@ -128,54 +177,37 @@ class Sweeper:
             raise UserError(f"url: {self.server.url}: the server failed the first requests ({exc})", key="url") from None
 
     # -------------------------------------------------------------------------------------- prefill
-    async def _prefill(self, where: str, isl: int) -> None:
-        if isl + 1 > self.plan.max_model_len:
-            raise PointSkipped(f"{where}: above the server's max_model_len {self.plan.max_model_len}")
-        ttfts: list[float] = []
-        counted: list[int] = []
-        for run in range(self.plan.warmup + self.plan.iters):
-            result = await stream_completion(self.client, self.shape, self.prompts.make(isl), 1)
-            _judge([result], where)
+    async def _prefill(self, point: Point, timed: bool) -> None:
+        if point.isl + 1 > self.plan.max_model_len:
+            raise PointSkipped(f"{point.where}: above the server's max_model_len {self.plan.max_model_len}")
+        result = await stream_completion(self.client, self.shape, self.prompts.make(point.isl), 1)
+        _judge([result], point.where)
+        if result.prompt_tokens is not None:
+            self.prompts.observe(point.isl, [result.prompt_tokens])
+        if timed:
+            point.samples_ms.append(result.ttft_s * 1e3)
             if result.prompt_tokens is not None:
-                self.prompts.observe(isl, [result.prompt_tokens])
-            if run >= self.plan.warmup:
-                ttfts.append(result.ttft_s)
-                if result.prompt_tokens is not None:
-                    counted.append(result.prompt_tokens)
-        measured_isl = round(statistics.median(counted)) if counted else isl
-        if not close_enough(isl, measured_isl):
-            self.out.notes.append(f"{where}: prompts came to {measured_isl} tokens; recorded at that ISL")
-            isl = measured_isl
-        self.out.prefill.append((isl, statistics.median(ttfts) * 1e3))
+                point.prompt_tokens.append(result.prompt_tokens)
 
     # --------------------------------------------------------------------------------------- decode
-    async def _decode(self, where: str, batch: int, ctx: int) -> None:
+    async def _decode(self, point: Point, timed: bool) -> None:
+        where, batch, ctx, want = point.where, point.batch, point.context, self.plan.decode_tokens
         limit = self.plan.concurrency_limit
         if limit is not None and batch > limit:
             raise PointSkipped(f"{where}: above the concurrency limit {limit}")
-        want = self.plan.decode_tokens
         prompt = max(1, ctx - want // 2)
         if prompt + want > self.plan.max_model_len:
             raise PointSkipped(f"{where}: context + {want} tokens is above the server's max_model_len "
                                f"{self.plan.max_model_len}")
-        before_preempt = await preemptions(self.client)
-        itls: list[float] = []
-        windows: list[Window] = []
-        for run in range(self.plan.warmup + self.plan.iters):
-            window = await self._decode_run(where, batch, ctx, prompt)
-            if run >= self.plan.warmup:
-                itls.append(window.itl_s)
-                windows.append(window)
-        after_preempt = await preemptions(self.client)
-        if before_preempt is not None and after_preempt is not None and after_preempt > before_preempt:
-            raise PointSkipped(f"{where}: the server preempted {after_preempt - before_preempt:g} requests "
-                               "(KV cache full), so the batch did not decode at once")
-        mean_ctx = statistics.fmean(w.mean_context_tokens for w in windows)
-        if abs(mean_ctx - ctx) > 0.1 * ctx:
-            self.out.notes.append(f"{where}: mean context while measured was {mean_ctx:.0f} tokens")
-        self.out.decode.append((batch, ctx, statistics.median(itls) * 1e3))
-        self.out.largest_batch = max(self.out.largest_batch, batch)
-        self.out.most_tokens_held = max(self.out.most_tokens_held, batch * (prompt + want))
+        before = await preemptions(self.client)
+        window = await self._decode_run(where, batch, ctx, prompt)
+        after = await preemptions(self.client)
+        if before is not None and after is not None and after > before:
+            raise PointSkipped(f"{where}: the server preempted {after - before:g} requests (KV cache full), so "
+                               "the batch did not decode at once")
+        if timed:
+            point.samples_ms.append(window.itl_s * 1e3)
+            point.mean_contexts.append(window.mean_context_tokens)
 
     def _max_tokens(self, batch: int, ctx: int, prompt: int) -> int:
         want = self.plan.decode_tokens
