@@ -5,14 +5,15 @@ Implemented faithfully enough to exercise the client's real request/response pat
   registered with :meth:`FakeKube.add` (``/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/scale``);
   the body is an ``autoscaling/v1`` Scale;
 - ``coordination.k8s.io/v1`` Lease GET/POST/PUT (leader election);
+- ``apps/v1`` Deployments and ``v1`` Services as whole objects (``stored``): create (POST, 409 AlreadyExists),
+  get (GET, also a Deployment's ``/status``), delete (DELETE, 404 when gone; a Service's answer is the
+  object, as the API server's); 403 for ``(plural, verb)`` in ``forbidden``. Nothing runs pods: the
+  ``on_create`` / ``on_delete`` hooks let a test stand processes in for them, and :meth:`FakeKube.set_ready`
+  reports a Deployment's replicas ready;
 - status codes with ``Status`` bodies: 404 NotFound, 403 Forbidden (targets or verbs configured as
   forbidden), 409 Conflict (stale ``metadata.resourceVersion`` on PUT/PATCH, or a Lease that exists),
   422 Invalid (negative replicas);
-- one cluster-wide ``resourceVersion`` counter that increments on every write, like etcd's revision;
-- ``apps/v1`` Deployments and ``v1`` Services as whole objects: create (POST, 409 AlreadyExists), get
-  (GET, also a Deployment's ``/status``), delete (DELETE, 404 when gone); 403 for ``(plural, verb)`` in
-  ``forbidden``. Nothing runs pods: ``on_create`` / ``on_delete`` hooks let a test stand processes in for
-  them, and :meth:`FakeKube.set_ready` sets a Deployment's ready replicas.
+- one cluster-wide ``resourceVersion`` counter that increments on every write, like etcd's revision.
 
 Every request is logged in ``requests`` as (method, path) so tests can assert that nothing was written.
 """
@@ -28,10 +29,8 @@ from typing import Any
 
 SCALE_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/"
                         r"(?P<plural>[^/]+)/(?P<name>[^/]+)/scale$")
-OBJECT_PATH = re.compile(r"^/(?:apis/(?P<group>apps)/v1|api/v1)/namespaces/(?P<ns>[^/]+)/"
-                         r"(?P<plural>deployments|services)(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")
 LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases(?:/(?P<name>[^/]+))?$")
-VERB = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create", "DELETE": "delete"}
+VERB = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create"}
 
 
 @dataclass
@@ -55,14 +54,14 @@ class FakeKube:
     leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     forbidden: set[tuple[str, str]] = field(default_factory=set)  # (plural/scale or leases, verb)
     forbidden_objects: set[tuple[str, str, str]] = field(default_factory=set)  # (plural, ns, name)
+    # Deployments and Services created through the API: (plural, namespace, name) -> the stored manifest.
+    stored: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    on_create: Any = None  # called as on_create(plural, manifest) under the lock: start work, don't block
+    on_delete: Any = None  # called as on_delete(plural, manifest) under the lock
     requests: list[tuple[str, str]] = field(default_factory=list)
     conflicts_to_inject: int = 0  # the next N writes to a scale answer 409 after bumping the object (a race)
     revision: int = 100
     lock: threading.Lock = field(default_factory=threading.Lock)
-    # Whole objects created through the API: (plural, namespace, name) -> the stored manifest.
-    stored: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
-    on_create: Any = None  # called as on_create(plural, manifest) under the lock: start work, don't block
-    on_delete: Any = None  # called as on_delete(plural, manifest) under the lock
 
     # ------------------------------------------------------------------------------------------ state
     def add(self, group: str, version: str, plural: str, namespace: str, name: str, replicas: int) -> ScaleObject:
@@ -86,11 +85,8 @@ class FakeKube:
             obj = self.objects[(group, plural, namespace, name)]
             obj.replicas, obj.resource_version = replicas, self.revision
 
-    def writes(self) -> list[tuple[str, str]]:
-        return [r for r in self.requests if r[0] in ("PUT", "PATCH", "POST", "DELETE")]
-
     def set_ready(self, namespace: str, name: str, ready_replicas: int = 1) -> None:
-        """What the Deployment controller and kubelet would report once the pods pass their probes."""
+        """What the Deployment controller and kubelet report once a stored Deployment's pods pass their probes."""
         with self.lock:
             obj = self.stored.get(("deployments", namespace, name))
             if obj is None:
@@ -101,8 +97,8 @@ class FakeKube:
                              "readyReplicas": ready_replicas, "availableReplicas": ready_replicas,
                              "updatedReplicas": ready_replicas}
 
-    def names(self, plural: str) -> list[str]:
-        return sorted(name for (p, _, name) in self.stored if p == plural)
+    def writes(self) -> list[tuple[str, str]]:
+        return [r for r in self.requests if r[0] in ("PUT", "PATCH", "POST", "DELETE")]
 
     # ------------------------------------------------------------------------------------------ server
     def start(self) -> FakeKube:
@@ -163,12 +159,12 @@ class FakeKube:
         m = SCALE_PATH.match(path)
         if m:
             return self._scale(method, m.groupdict(), body, content_type)
+        m = WORKLOAD_PATH.match(path)
+        if m:
+            return self._workload(method, m["plural"], m["ns"], m["name"], body)
         m = LEASE_PATH.match(path)
         if m:
             return self._lease(method, m["ns"], m["name"], body)
-        m = OBJECT_PATH.match(path)
-        if m:
-            return self._object(method, m["plural"], m["ns"], m["name"], body)
         return status_body(404, "NotFound", f"the server could not find the requested resource ({path})")
 
     def _scale(self, method: str, p: dict[str, str], body: Any, content_type: str) -> tuple[int, dict]:
@@ -256,15 +252,14 @@ class FakeKube:
         return stored
 
 
-    def _object(self, method: str, plural: str, ns: str, name: str | None, body: Any) -> tuple[int, dict]:
-        kind = {"deployments": "Deployment", "services": "Service"}[plural]
+    def _workload(self, method: str, plural: str, ns: str, name: str | None, body: Any) -> tuple[int, dict]:
         resource = f"{plural}.apps" if plural == "deployments" else plural
         verb = VERB.get(method, method.lower())
         if (plural, verb) in self.forbidden:
             return status_body(403, "Forbidden", f'{resource} is forbidden: User "system:serviceaccount:{ns}:planner" '
                                f'cannot {verb} resource "{plural}" in the namespace "{ns}"')
         if method == "POST" and name is None:
-            return self._create(plural, kind, resource, ns, body)
+            return self._workload_create(plural, resource, ns, body)
         if name is None:
             return status_body(405, "MethodNotAllowed", "list is not implemented by the fake")
         obj = self.stored.get((plural, ns, name))
@@ -283,7 +278,8 @@ class FakeKube:
                          "details": {"name": name, "kind": plural}}
         return status_body(405, "MethodNotAllowed", f"method {method} not allowed")
 
-    def _create(self, plural: str, kind: str, resource: str, ns: str, body: Any) -> tuple[int, dict]:
+    def _workload_create(self, plural: str, resource: str, ns: str, body: Any) -> tuple[int, dict]:
+        kind = "Deployment" if plural == "deployments" else "Service"
         name = ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
         if not name:
             return status_body(422, "Invalid", f"{kind} is invalid: metadata.name: Required value")
@@ -316,3 +312,7 @@ def status_body(code: int, reason: str, message: str, details: dict | None = Non
     if details:
         body["details"] = details
     return code, body
+
+
+WORKLOAD_PATH = re.compile(r"^/(?:apis/(?P<group>apps)/v1|api/v1)/namespaces/(?P<ns>[^/]+)/"
+                           r"(?P<plural>deployments|services)(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")

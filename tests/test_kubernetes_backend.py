@@ -144,18 +144,24 @@ def test_each_tp_gets_its_worker_is_measured_and_deleted(kube, profiles, tmp_pat
     assert len(deletes) == 4
     measured = load_profile(out)
     assert measured.provenance.backend == "kubernetes" and [s.tp for s in measured.decode] == [1, 2]
-    for tp in (1, 2):
+    # Each TP was measured on its own worker: its ITLs are nearer its own emulated curve than the other TP's
+    # (TP 2 decodes ~30 % faster). Accuracy itself is test_endpoint_backend's.
+    for tp, other in ((1, 2), (2, 1)):
         single = measured.model_copy(update={"prefill": [s for s in measured.prefill if s.tp == tp],
                                              "decode": [s for s in measured.decode if s.tp == tp]})
-        errors = relative_errors(load_profile(profiles[tp]), single, TIME_SCALE)
-        decode = {k: v for k, v in errors.items() if k.startswith("decode")}
-        assert decode and all(abs(v) <= 0.10 for v in decode.values()), (tp, errors)  # each TP's own emulator
+        own = relative_errors(load_profile(profiles[tp]), single, TIME_SCALE)
+        theirs = relative_errors(load_profile(profiles[other]).model_copy(update={
+            "prefill": [s.model_copy(update={"tp": tp}) for s in load_profile(profiles[other]).prefill],
+            "decode": [s.model_copy(update={"tp": tp}) for s in load_profile(profiles[other]).decode]}),
+            single, TIME_SCALE)
+        decode = [k for k in own if k.startswith("decode")]
+        assert decode and sum(abs(own[k]) for k in decode) < sum(abs(theirs[k]) for k in decode), (tp, own, theirs)
     assert "tp 1: worker qwen3-32b-worker-tp1-" in measured.provenance.notes
 
 
 def sweep(kube: FakeKube, tmp_path: Path, port: int, **kw: Any) -> Any:
     tpl, cfg = files(tmp_path, kube, port)
-    base = dict(model="qwen3-32b", gpu="h200", tp=(1, 2), isl=2000, osl=200, ttft_ms=2000, itl_ms=100,
+    base: dict[str, Any] = dict(model="qwen3-32b", gpu="h200", tp=(1, 2), isl=2000, osl=200, ttft_ms=2000, itl_ms=100,
                 isl_grid=(4096,), batch_grid=(1,), context_grid=(512,), warmup=0, iters=1, decode_tokens=8,
                 template=str(tpl), kubeconfig=str(cfg), namespace="serving", ready_timeout_s=30,
                 service_url="http://127.0.0.1:{port}")
@@ -241,6 +247,18 @@ def test_bad_templates_are_named(text, message, tmp_path) -> None:
 ], ids=["vllm-replace", "vllm-equals", "vllm-alias-and-duplicate", "vllm-append", "sglang-alias", "empty"])
 def test_set_flag(argv, names, expected) -> None:
     assert set_flag(argv, names, "2") == expected
+
+
+def test_an_inline_template_is_read_as_yaml_text(kube, profiles, tmp_path) -> None:
+    port = free_port()
+    warm = EmulatorProcess(profiles[1], port=port, time_scale=TIME_SCALE).wait_ready()
+    pods = Pods(kube, profiles, {1}, None, warm={1: warm})
+    try:
+        profile = sweep(kube, tmp_path, port, tp=(1,), template=yaml.safe_dump(template(port)))
+    finally:
+        pods.stop_all()
+    assert profile.provenance.software["template"] == "inline" and kube.stored == {}
+    assert pods.created[0]["metadata"]["name"].startswith("qwen3-32b-worker-tp1-")
 
 
 def test_sglang_worker_in_the_command_with_default_port() -> None:

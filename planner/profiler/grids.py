@@ -58,7 +58,8 @@ class SweepRequest:
     decode_tokens: int = 32
     request_timeout_s: float = 600.0
     api_key: str | None = field(default=None, repr=False)
-    # kubernetes backend: a Deployment YAML template (one container running vLLM or SGLang), where to put
+    # kubernetes backend: a Deployment YAML template, its path or its text (one container running vLLM or
+    # SGLang), where to put
     # it, which engine's TP flag to set (default: read from the template's command), how long a worker may
     # take to become ready, the kubeconfig (default: in-cluster, then ~/.kube/config) and how the profiler
     # reaches the worker's Service ({service}, {namespace}, {port}, {tp}).

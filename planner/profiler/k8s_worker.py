@@ -42,11 +42,17 @@ class Worker:
     service: dict[str, Any]
 
 
-def load_template(path: str) -> dict[str, Any]:
-    """The template's one Deployment (other documents in the file are ignored)."""
-    p = Path(path)
+def is_inline(template: str) -> bool:
+    """A manifest given as YAML text (a profile request carries it inline) rather than a file's path."""
+    return "\n" in template or template.lstrip().startswith(("{", "apiVersion:", "kind:"))
+
+
+def load_template(template: str) -> dict[str, Any]:
+    """The template's one Deployment (other documents are ignored): ``template`` is a path or YAML text."""
+    p = "the inline template" if is_inline(template) else Path(template)
     try:
-        docs = [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
+        text = template if isinstance(p, str) else p.read_text()
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except FileNotFoundError:
         raise UserError(f"template: {p}: file not found", key="template") from None
     except OSError as exc:

@@ -24,7 +24,7 @@ from planner.profile import Profile
 from planner.profiler.assemble import assemble
 from planner.profiler.endpoint import EndpointResult, measure_endpoint
 from planner.profiler.grids import SweepCancelled, SweepRequest
-from planner.profiler.k8s_worker import Worker, load_template, render_worker
+from planner.profiler.k8s_worker import Worker, is_inline, load_template, render_worker
 
 POLL_S = 1.0
 DELETE_TIMEOUT_S = 300.0
@@ -203,7 +203,8 @@ def profile_kubernetes(model: ModelSpec, hw: HardwareSpec, req: SweepRequest, ap
 
 def _assemble(model: ModelSpec, hw: HardwareSpec, req: SweepRequest, results: list[EndpointResult],
               notes: list[str]) -> Profile:
-    software: dict[str, str] = {"template": str(req.template), "namespace": req.namespace}
+    template = "inline" if req.template and is_inline(req.template) else str(req.template)
+    software: dict[str, str] = {"template": template, "namespace": req.namespace}
     all_notes = list(notes)
     for r in results:
         tp = r.sweep.tp
