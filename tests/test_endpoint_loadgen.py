@@ -4,6 +4,7 @@ exact length, model matching, and the load generator against a real in-process s
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,15 @@ def test_window_is_latest_first_token_to_earliest_last() -> None:
     assert w.itl_s == pytest.approx(0.020)
     assert w.tokens_before == 3  # the first stream's tokens at 0.10, 0.12, 0.14 s came before the window
     assert w.steps == 45  # the middle starter, out of step with the window: 0.17 .. 1.07 s, 45 gaps
+
+
+def test_a_late_timestamp_at_the_window_edge_barely_moves_the_itl() -> None:
+    # The client was busy when the first tokens came: they were stamped 100 ms late, all at once (the
+    # two-point estimate (last - first) / tokens would read 20 ms as 17.5 ms).
+    late = stream(0.0, 0.020, 41)
+    late.events_s[:6] = [0.100] * 6
+    w = steady_window([late], [100])
+    assert w is not None and w.itl_s == pytest.approx(0.020)
 
 
 def test_merged_chunks_count_their_tokens() -> None:
@@ -133,3 +143,22 @@ def test_run_streams_against_the_emulator() -> None:
     assert [r.prompt_tokens for r in results] == [3, 3, 3, 2]
     assert all(r.ok and r.tokens == [1, 2, 3, 4, 5] and r.completion_tokens == 5 for r in results)
     assert all(r.finish_reason == "length" and r.ttft_s > 0 for r in results)
+
+
+def test_a_batch_the_server_queues_is_closed_early() -> None:
+    # KV for two requests of 20 + 30 tokens only: the engine runs two, queues two.
+    profile = load_profile(Path(__file__).resolve().parent.parent / "profiles/h200/qwen3-0.6b.json")
+    model = engine_model_for(profile, "aggregated")
+    small = replace(model, decode=replace(model.decode, kv_capacity_tokens=100))
+    with BackgroundServer(create_app(small, "m", time_scale=0.05)) as server:
+        async def go() -> list[StreamResult]:
+            async with make_client(server.url, 8, 30) as client:
+                return await run_streams(client, RequestShape("m", PLAIN_USAGE, {}), [" ".join(["w"] * 20)] * 4,
+                                         30, stop_if_queued=True)
+
+        results = asyncio.run(go())
+    finished = [r for r in results if not r.closed_early]
+    assert len(finished) >= 1 and all(r.tokens[-1] == 30 for r in finished)
+    closed = [r for r in results if r.closed_early]
+    assert closed and all(r.tokens[-1:] != [30] for r in closed)  # the queued ones: closed, not waited for
+    assert steady_window(results, [20] * 4) is None

@@ -13,6 +13,7 @@ opens ``streams`` concurrent streams through the load generator the endpoint bac
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -54,10 +55,20 @@ class Overhead:
     server_gap_s: float  # mean inter-token gap the emulator measured itself
     window_itl_s: float
     profile_itl_s: float
+    server_cpu_s: float | None = None  # the emulator process's CPU over the same run (Linux /proc)
 
     @property
     def cpu_per_token_us(self) -> float:
         return self.client_cpu_s / max(self.tokens, 1) * 1e6
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _server_itl(url: str) -> tuple[float, float]:
@@ -88,10 +99,12 @@ async def _measure(url: str, model: str, streams: int, prompt_tokens: int, max_t
 
 
 def measure(url: str, model: str, streams: int, context: int, decode_tokens: int, profile_itl_ms: float,
-            time_scale: float) -> Overhead:
+            time_scale: float, server_pid: int | None = None) -> Overhead:
     prompt = max(1, context - decode_tokens // 2)
+    server_cpu0 = process_cpu_s(server_pid) if server_pid else None
     results, cpu, wall, lag, before, after = asyncio.run(
         _measure(url, model, streams, prompt, decode_tokens + max(8, streams * prompt // 8192 + 4)))
+    server_cpu1 = process_cpu_s(server_pid) if server_pid else None
     failed = [r for r in results if not r.ok]
     if failed:
         raise RuntimeError(f"{len(failed)} of {streams} streams failed: HTTP {failed[0].status} {failed[0].error}")
@@ -101,7 +114,9 @@ def measure(url: str, model: str, streams: int, context: int, decode_tokens: int
                     client_gap_s=_client_gap_s(results),
                     server_gap_s=(after[0] - before[0]) / max(after[1] - before[1], 1.0),
                     window_itl_s=window.itl_s if window else float("nan"),
-                    profile_itl_s=profile_itl_ms / 1e3 * time_scale)
+                    profile_itl_s=profile_itl_ms / 1e3 * time_scale,
+                    server_cpu_s=server_cpu1 - server_cpu0 if server_cpu0 is not None and server_cpu1 is not None
+                    else None)
 
 
 def _start_emulator(profile: Path, port: int, time_scale: float) -> subprocess.Popen[bytes]:
@@ -129,7 +144,7 @@ def run(console: Console, profile_path: Path | None, streams: int, context: int,
     try:
         expected = prof.decode_curve(tp).itl_ms(streams, context).value
         result = measure(f"http://127.0.0.1:{port}", prof.model.name, streams, context, decode_tokens, expected,
-                         time_scale)
+                         time_scale, proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=15)
@@ -145,7 +160,8 @@ def render(console: Console, o: Overhead, path: Path, context: int, time_scale: 
     rows = [("tokens received", f"{o.tokens:,} in {o.wall_s:.2f} s ({o.tokens / o.wall_s:,.0f} tok/s)"),
             ("client CPU per token", f"{o.cpu_per_token_us:.1f} us (one core keeps up with "
                                      f"{1e6 / o.cpu_per_token_us:,.0f} tok/s)"),
-            ("client CPU share of one core", f"{o.client_cpu_s / o.wall_s:.1%}"),
+            ("CPU share of one core: client / emulator", f"{o.client_cpu_s / o.wall_s:.1%} / " + (
+                f"{o.server_cpu_s / o.wall_s:.1%}" if o.server_cpu_s is not None else "n/a")),
             ("event-loop lag p50 / p99 / max", f"{o.lag_p50_s * 1e3:.2f} / {o.lag_p99_s * 1e3:.2f} / "
                                                f"{o.lag_max_s * 1e3:.2f} ms"),
             ("mean token gap: client / emulator", f"{o.client_gap_s * 1e3:.3f} / {o.server_gap_s * 1e3:.3f} ms "

@@ -66,7 +66,7 @@ class Measured:
 def _judge(results: list[StreamResult], where: str) -> None:
     """Raise PointSkipped for the first failed stream: declined (4xx) or failed (5xx, broken, no tokens)."""
     for r in results:
-        if r.ok:
+        if r.ok or r.closed_early:
             continue
         if 400 <= r.status < 500:
             raise PointSkipped(f"{where}: HTTP {r.status} {r.error}")
@@ -199,6 +199,10 @@ class Sweeper:
         if prompt + want > self.plan.max_model_len:
             raise PointSkipped(f"{where}: context + {want} tokens is above the server's max_model_len "
                                f"{self.plan.max_model_len}")
+        kv = self.server.kv_capacity_tokens
+        if kv is not None and batch * (prompt + want) > kv:
+            raise PointSkipped(f"{where}: needs {batch * (prompt + want)} KV tokens, the server holds {kv}",
+                               queued=True)
         before = await preemptions(self.client)
         window = await self._decode_run(where, batch, ctx, prompt)
         after = await preemptions(self.client)
@@ -225,13 +229,13 @@ class Sweeper:
             max_tokens = self._max_tokens(batch, ctx, prompt)
             prompts = [self.prompts.make(prompt) for _ in range(batch)]
             with LoopLag() as lag:
-                results = await run_streams(self.client, self.shape, prompts, max_tokens)
+                results = await run_streams(self.client, self.shape, prompts, max_tokens, stop_if_queued=True)
             _judge(results, where)
             counted = [r.prompt_tokens if r.prompt_tokens is not None else prompt for r in results]
             self.prompts.observe(prompt, counted)
             window = steady_window(results, counted)
             if window is None:
-                self._decode_before[(batch, ctx)] = max(r.tokens[-1] for r in results)
+                self._decode_before[(batch, ctx)] = max((r.tokens[-1] for r in results if r.tokens), default=0)
                 steps = 0
             else:
                 self._decode_before[(batch, ctx)] = window.tokens_before

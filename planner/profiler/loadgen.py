@@ -46,6 +46,7 @@ class StreamResult:
     finish_reason: str | None = None
     status: int = 200
     error: str | None = None
+    closed_early: bool = False  # the client closed it (run_streams' stop_if_queued), not the server
 
     @property
     def ok(self) -> bool:
@@ -110,12 +111,14 @@ def _take_chunk(res: StreamResult, chunk: dict[str, Any], now: float) -> None:
 
 
 async def stream_completion(client: httpx.AsyncClient, shape: RequestShape, prompt: str | list[int],
-                            max_tokens: int) -> StreamResult:
-    """One streamed completion. Connection failures raise ServerUnreachable; every other failure (HTTP
-    status, a broken stream, a timeout, an error event) is returned in the result, for the caller to judge."""
+                            max_tokens: int, into: StreamResult | None = None) -> StreamResult:
+    """One streamed completion, recorded into ``into`` as it arrives (a caller can watch it). Connection
+    failures raise ServerUnreachable; every other failure (HTTP status, a broken stream, a timeout, an
+    error event) is returned in the result, for the caller to judge."""
     body = {"model": shape.model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
             "temperature": 0.0, "stream_options": shape.stream_options, **shape.extra}
-    res = StreamResult(time.perf_counter())
+    res = into if into is not None else StreamResult(0.0)
+    res.sent_s = time.perf_counter()
     try:
         async with client.stream("POST", "/v1/completions", json=body) as response:
             if response.status_code != 200:
@@ -155,9 +158,39 @@ def _rescale_counted(res: StreamResult) -> None:
 
 
 async def run_streams(client: httpx.AsyncClient, shape: RequestShape, prompts: Sequence[str | list[int]],
-                      max_tokens: int) -> list[StreamResult]:
-    """All prompts at once (the batch), each its own stream; results in prompt order."""
-    return list(await asyncio.gather(*(stream_completion(client, shape, p, max_tokens) for p in prompts)))
+                      max_tokens: int, stop_if_queued: bool = False) -> list[StreamResult]:
+    """All prompts at once (the batch), each its own stream; results in prompt order.
+
+    ``stop_if_queued``: once a stream has ended before another had its first token, the server is not
+    running the batch at once; the other streams are closed (the server aborts them) rather than waited
+    for, and come back without their last tokens."""
+    results = [StreamResult(0.0) for _ in prompts]
+    tasks = [asyncio.ensure_future(stream_completion(client, shape, p, max_tokens, r))
+             for p, r in zip(prompts, results, strict=True)]
+    pending: set[asyncio.Future[StreamResult]] = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # ServerUnreachable ends the batch
+            if stop_if_queued and pending and _queued(results, tasks):
+                break
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    for task, result in zip(tasks, results, strict=True):
+        result.closed_early = task.cancelled()
+    return results
+
+
+def _queued(results: list[StreamResult], tasks: Sequence[asyncio.Future[StreamResult]]) -> bool:
+    """Some stream ended before another one's first token (or while it still has none)."""
+    ends = [r.events_s[-1] for r, t in zip(results, tasks, strict=True) if t.done() and r.events_s]
+    if not ends:
+        return False
+    first_end = min(ends)
+    return any(not r.events_s or r.events_s[0] > first_end for r in results)
 
 
 class LoopLag:

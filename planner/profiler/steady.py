@@ -5,12 +5,17 @@ iterations (chunked prefill), and an aggregated engine piggy-backs those chunks 
 streams that already started, which makes those steps slower. Only once the last stream has its first
 token is every step a pure decode step of batch B; and once the first stream has its last token the batch
 shrinks. So the window is [latest first token, earliest last token], and a stream's inter-token latency
-is its time across the window divided by the tokens it received in it (token counts from the server's
-usage, so merged chunks count right). The point's ITL is the median over streams.
+is the slope of its arrival times against its token count inside the window (token counts from the
+server's usage, so merged chunks count right). The point's ITL is the median over streams.
+
+Why a robust slope rather than (last - first) / tokens: a timestamp is taken when the client gets to the
+chunk, so a client that was busy at the window's edge (hundreds of streams, a loaded machine) makes that
+edge late, and the two-point estimate carries the whole delay. The median of half-window slopes does not.
 
 Worked example: 3 streams; first tokens at 0.10, 0.12, 0.15 s; last tokens at 0.95, 0.97, 1.00 s; the
-window is [0.15, 0.95]. A stream that got tokens 4..44 between 0.151 and 0.949 s decoded at
-0.798 / 40 = 19.95 ms per token.
+window is [0.15, 0.95]. A stream that got tokens 4..44 evenly between 0.151 and 0.949 s decoded at
+0.798 / 40 = 19.95 ms per token; had its first five timestamps in the window come at once 100 ms late, the
+two-point estimate would say 17.45 ms; the median of half-window slopes still says 19.95 ms.
 """
 
 from __future__ import annotations
@@ -56,8 +61,21 @@ def steady_window(streams: Sequence[StreamResult], prompt_tokens: Sequence[int])
         tokens = stream.tokens[i1] - stream.tokens[i0]
         steps.append(tokens)
         if tokens > 0:
-            per_token.append((stream.events_s[i1] - stream.events_s[i0]) / tokens)
+            per_token.append(_slope_s([stream.tokens[i] for i in inside], [stream.events_s[i] for i in inside]))
             contexts.append(prompt + (stream.tokens[i0] + stream.tokens[i1]) / 2)
     if not per_token:
         return None
     return Window(start, end, statistics.median(per_token), min(steps), before, statistics.fmean(contexts))
+
+
+def _slope_s(tokens: list[int], times_s: list[float]) -> float:
+    """Seconds per token: the median of the slopes between each token and the one half the window later.
+    Each slope spans half the window (bursts of chunks read at once average out), and a lag at either
+    edge touches fewer than half of them, so the median does not see it."""
+    n = len(tokens)
+    half = n // 2
+    slopes = [(times_s[i + half] - times_s[i]) / (tokens[i + half] - tokens[i])
+              for i in range(n - half) if tokens[i + half] > tokens[i]] if n >= 4 else []
+    if not slopes:
+        return (times_s[-1] - times_s[0]) / (tokens[-1] - tokens[0])
+    return statistics.median(slopes)
