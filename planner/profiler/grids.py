@@ -49,20 +49,22 @@ class SweepRequest:
     # torch backend: run the LM head (logits GEMM) in both stages, as a serving engine does. The shared
     # measurements (shared/measurements) left it out; set False to reproduce their shapes like-for-like.
     include_lm_head: bool = True
-    # endpoint backend: the OpenAI-compatible server, the model name it serves (default: the one it lists),
-    # the most concurrent streams to open (larger batches are skipped and noted), the steady-state tokens
-    # each stream must produce in a decode run, one request's time limit, and a bearer token if it wants one.
+    # Measuring backends that sweep a serving system (planner profile, profile requests with search
+    # "thorough"). endpoint backend: the OpenAI-compatible server at ``url``, the model name it serves
+    # (default: the one it lists), the most concurrent streams to open (larger batches are skipped and
+    # noted), the steady-state tokens each stream must produce in a decode run, one request's time limit,
+    # and a bearer token if it wants one.
     url: str | None = None
     served_model: str | None = None
     concurrency_limit: int | None = None
     decode_tokens: int = 32
     request_timeout_s: float = 600.0
     api_key: str | None = field(default=None, repr=False)
-    # kubernetes backend: a Deployment YAML template, its path or its text (one container running vLLM or
-    # SGLang), where to put
-    # it, which engine's TP flag to set (default: read from the template's command), how long a worker may
-    # take to become ready, the kubeconfig (default: in-cluster, then ~/.kube/config) and how the profiler
-    # reaches the worker's Service ({service}, {namespace}, {port}, {tp}).
+    # kubernetes backend: a Deployment template (YAML text, as a profile request carries it, or a file's
+    # path) with one container running vLLM or SGLang, deployed at each TP; where to put it, which engine's TP
+    # flag to set (default: read from the template's command), how long a worker may take to become ready,
+    # the kubeconfig (default: in-cluster, then ~/.kube/config) and how the profiler reaches the worker's
+    # Service ({service}, {namespace}, {port}, {tp}).
     template: str | None = None
     namespace: str = "default"
     engine: str | None = None
