@@ -352,7 +352,7 @@ class FakeKube(CustomObjects):
         if m:
             return self._scale(method, m.groupdict(), body, content_type)
         m = WORKLOAD_PATH.match(path)
-        if m:
+        if m and (m["group"] or "", m["plural"]) not in self.kinds:  # a kind given to define() is served there
             return self._workload(method, m["plural"], m["ns"], m["name"], body)
         m = LEASE_PATH.match(path)
         if m:

@@ -110,7 +110,7 @@ class Cluster:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            dep = self.apps.read_namespaced_deployment_status(w.name, w.namespace)
+            dep = self.apps.read_namespaced_deployment(w.name, w.namespace)  # status comes with the object
         except ApiException as exc:
             raise _api_error(exc, f"read worker {w.name} in namespace {w.namespace}") from None
         status = dep.status
