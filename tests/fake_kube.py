@@ -5,6 +5,11 @@ Implemented faithfully enough to exercise the client's real request/response pat
   registered with :meth:`FakeKube.add` (``/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/scale``);
   the body is an ``autoscaling/v1`` Scale;
 - ``coordination.k8s.io/v1`` Lease GET/POST/PUT (leader election);
+- ``apps/v1`` Deployments and ``v1`` Services as whole objects (``stored``): create (POST, 409 AlreadyExists),
+  get (GET, also a Deployment's ``/status``), delete (DELETE, 404 when gone; a Service's answer is the
+  object, as the API server's); 403 for ``(plural, verb)`` in ``forbidden``. Nothing runs pods: the
+  ``on_create`` / ``on_delete`` hooks let a test stand processes in for them, and :meth:`FakeKube.set_ready`
+  reports a Deployment's replicas ready;
 - status codes with ``Status`` bodies: 404 NotFound, 403 Forbidden (targets or verbs configured as
   forbidden), 409 Conflict (stale ``metadata.resourceVersion`` on PUT/PATCH, or a Lease that exists),
   422 Invalid (negative replicas);
@@ -237,6 +242,10 @@ class FakeKube(CustomObjects):
     leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     forbidden: set[tuple[str, str]] = field(default_factory=set)  # (plural/scale or leases, verb)
     forbidden_objects: set[tuple[str, str, str]] = field(default_factory=set)  # (plural, ns, name)
+    # Deployments and Services created through the API: (plural, namespace, name) -> the stored manifest.
+    stored: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    on_create: Any = None  # called as on_create(plural, manifest) under the lock: start work, don't block
+    on_delete: Any = None  # called as on_delete(plural, manifest) under the lock
     requests: list[tuple[str, str]] = field(default_factory=list)
     conflicts_to_inject: int = 0  # the next N writes to a scale answer 409 after bumping the object (a race)
     revision: int = 100
@@ -266,6 +275,18 @@ class FakeKube(CustomObjects):
             self.revision += 1
             obj = self.objects[(group, plural, namespace, name)]
             obj.replicas, obj.resource_version = replicas, self.revision
+
+    def set_ready(self, namespace: str, name: str, ready_replicas: int = 1) -> None:
+        """What the Deployment controller and kubelet report once a stored Deployment's pods pass their probes."""
+        with self.lock:
+            obj = self.stored.get(("deployments", namespace, name))
+            if obj is None:
+                return
+            self.revision += 1
+            obj["metadata"]["resourceVersion"] = str(self.revision)
+            obj["status"] = {"observedGeneration": obj["metadata"]["generation"], "replicas": ready_replicas,
+                             "readyReplicas": ready_replicas, "availableReplicas": ready_replicas,
+                             "updatedReplicas": ready_replicas}
 
     def writes(self) -> list[tuple[str, str]]:
         return [r for r in self.requests if r[0] in ("PUT", "PATCH", "POST", "DELETE")]
@@ -330,6 +351,9 @@ class FakeKube(CustomObjects):
         m = SCALE_PATH.match(path)
         if m:
             return self._scale(method, m.groupdict(), body, content_type)
+        m = WORKLOAD_PATH.match(path)
+        if m and (m["group"] or "", m["plural"]) not in self.kinds:  # a kind given to define() is served there
+            return self._workload(method, m["plural"], m["ns"], m["name"], body)
         m = LEASE_PATH.match(path)
         if m:
             return self._lease(method, m["ns"], m["name"], body)
@@ -424,6 +448,51 @@ class FakeKube(CustomObjects):
         return stored
 
 
+    def _workload(self, method: str, plural: str, ns: str, name: str | None, body: Any) -> tuple[int, dict]:
+        resource = f"{plural}.apps" if plural == "deployments" else plural
+        verb = VERB.get(method, method.lower())
+        if (plural, verb) in self.forbidden:
+            return status_body(403, "Forbidden", f'{resource} is forbidden: User "system:serviceaccount:{ns}:planner" '
+                               f'cannot {verb} resource "{plural}" in the namespace "{ns}"')
+        if method == "POST" and name is None:
+            return self._workload_create(plural, resource, ns, body)
+        if name is None:
+            return status_body(405, "MethodNotAllowed", "list is not implemented by the fake")
+        obj = self.stored.get((plural, ns, name))
+        if obj is None:
+            return status_body(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": plural})
+        if method == "GET":
+            return 200, obj
+        if method == "DELETE":
+            del self.stored[(plural, ns, name)]
+            self.revision += 1
+            if self.on_delete is not None:
+                self.on_delete(plural, obj)
+            if plural == "services":  # the API server answers a Service delete with the object
+                return 200, obj
+            return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                         "details": {"name": name, "kind": plural}}
+        return status_body(405, "MethodNotAllowed", f"method {method} not allowed")
+
+    def _workload_create(self, plural: str, resource: str, ns: str, body: Any) -> tuple[int, dict]:
+        kind = "Deployment" if plural == "deployments" else "Service"
+        name = ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+        if not name:
+            return status_body(422, "Invalid", f"{kind} is invalid: metadata.name: Required value")
+        if (plural, ns, name) in self.stored:
+            return status_body(409, "AlreadyExists", f'{resource} "{name}" already exists',
+                               {"name": name, "kind": plural})
+        self.revision += 1
+        obj = json.loads(json.dumps(body))
+        obj["metadata"].update(namespace=ns, uid=f"uid-{name}", resourceVersion=str(self.revision), generation=1,
+                               creationTimestamp="2026-01-01T00:00:00Z")
+        obj.setdefault("status", {})
+        self.stored[(plural, ns, name)] = obj
+        if self.on_create is not None:
+            self.on_create(plural, obj)
+        return 201, obj
+
+
 def scale_json(obj: ScaleObject) -> dict[str, Any]:
     return {"kind": "Scale", "apiVersion": "autoscaling/v1",
             "metadata": {"name": obj.name, "namespace": obj.namespace, "uid": obj.uid,
@@ -439,3 +508,7 @@ def status_body(code: int, reason: str, message: str, details: dict | None = Non
     if details:
         body["details"] = details
     return code, body
+
+
+WORKLOAD_PATH = re.compile(r"^/(?:apis/(?P<group>apps)/v1|api/v1)/namespaces/(?P<ns>[^/]+)/"
+                           r"(?P<plural>deployments|services)(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")

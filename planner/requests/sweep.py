@@ -17,7 +17,7 @@ from planner.errors import UserError
 from planner.profile import Profile
 from planner.profiler.assemble import with_selection
 from planner.profiler.backends import get_backend
-from planner.profiler.grids import SweepRequest
+from planner.profiler.grids import SweepRequest, measure_defaults
 from planner.requests.checks import Resolved
 from planner.requests.status import FailReason
 from planner.requests.workload import SteadyLoad
@@ -42,9 +42,11 @@ class Cancelled(Exception):
 
 def sweep_request(resolved: Resolved, load: SteadyLoad) -> SweepRequest:
     spec = resolved.spec
+    warmup, iters = measure_defaults(resolved.backend)  # a live server's points cost seconds, not a kernel's
     return SweepRequest(model=resolved.model.name, gpu=resolved.hardware.name, tp=resolved.tp, isl=load.isl,
                         osl=load.osl, ttft_ms=spec.sla.ttft_ms, itl_ms=spec.sla.itl_ms,
-                        kv_link_gbps=spec.kv_link_gbps, url=spec.endpoint, template=spec.deployment_template)
+                        kv_link_gbps=spec.kv_link_gbps, url=spec.endpoint, template=spec.deployment_template,
+                        namespace=resolved.namespace, warmup=warmup, iters=iters)
 
 
 def stage_request(req: SweepRequest, stage: Pool, tp: int, max_context: int) -> SweepRequest:
