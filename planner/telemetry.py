@@ -16,7 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from planner.signals import SignalStatus
 from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason
 
-ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + ("forecast", "decide", "actuate", "internal")
+# leader: the Lease cannot be taken or renewed (403, unreachable) or a write was refused because it may have
+# expired; seed: the targets' spec.replicas could not be read before the first decision; event: a Kubernetes
+# Event could not be created.
+ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + (
+    "forecast", "decide", "actuate", "leader", "seed", "event", "internal")
 TICK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -65,6 +69,10 @@ class PlannerMetrics:
         self.read_duration = Histogram("planner_observation_read_seconds", "Duration of one metrics read.",
                                        ["policy"], buckets=TICK_BUCKETS_S, registry=r)
         self.errors = Counter("planner_errors", "Errors by kind.", ["policy", "kind"], registry=r)
+        self.leader = Gauge("planner_leader", "1 while this controller holds the Lease and acts, 0 while it "
+                            "stands by (absent without --leader-elect).", ["policy"], registry=r)
+        self.actuation_conflicts = Counter("planner_actuation_conflicts", "Scale writes answered 409 Conflict "
+                                           "(re-read before writing again).", pp, registry=r)
 
     def family_names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.registry.collect())
