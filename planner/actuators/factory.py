@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from planner.actuators.desired import DesiredStore
@@ -42,11 +43,13 @@ def load_api_client(required: bool = True, in_cluster_only: bool = False) -> Any
         if in_cluster_only:
             return None
         try:
-            config.load_kube_config(client_configuration=cfg)
+            # KUBECONFIG as it is now (the client reads it once, at import).
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=cfg)
         except (config.ConfigException, OSError) as exc:
             if not required:
                 return None
-            raise UserError(f"actuator kind 'kubernetes': no in-cluster credentials and no kubeconfig ({exc}); "
+            raise UserError(f"actuator kind 'kubernetes' and --leader-elect need the Kubernetes API: no in-cluster "
+                            f"credentials and no kubeconfig ({exc}); "
                             "run inside the cluster, set KUBECONFIG, or use dry_run", mentions=("dry_run",)) from None
     cfg.retries = 0
     return client.ApiClient(cfg)
