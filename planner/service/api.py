@@ -80,7 +80,8 @@ def bearer_guard(token: str | None) -> Callable[..., Any]:
 
 
 def readiness(loops: Sequence[Any]) -> tuple[int, dict[str, Any]]:
-    """/readyz: 200 when every policy has every signal it needs and no problem (Lease, ...)."""
+    """/readyz: 200 when every policy has seen every signal it needs, none is missing, and there is no problem
+    (a Lease that cannot be taken, ...); "starting" (503) until each signal was seen once."""
     missing: list[str] = []
     ages: dict[str, float | None] = {}
     problems: dict[str, str] = {}
@@ -89,8 +90,10 @@ def readiness(loops: Sequence[Any]) -> tuple[int, dict[str, Any]]:
         status = loop.monitor.status()
         prefix = f"{loop.name}:" if len(loops) > 1 else ""
         problems.update({f"{prefix}{k}": v for k, v in loop.monitor.problems.items()})
-        if status is None:
+        # Never seen yet (and not yet missing): nothing says the inputs work, so not ready.
+        if status is None or any(age is None for age in status.seconds_since_good.values()):
             starting = True
+        if status is None:
             continue
         missing += [f"{prefix}{s}" for s in sorted(status.missing)]
         ages.update({f"{prefix}{s}": age for s, age in status.seconds_since_good.items()})
