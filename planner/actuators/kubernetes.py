@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from planner.actuators.errors import ActuationError, LeadershipLost
@@ -91,7 +92,7 @@ class KubernetesScaleActuator:
         """``spec.replicas`` of every pool's target: what the cluster holds (seeds a fresh controller)."""
         out: dict[str, int] = {}
         for pool, t in self.targets.items():
-            out[pool] = self._call(t, lambda t=t: self.read(t))[0]
+            out[pool] = self._call(t, partial(self.read, t))[0]
         return out
 
     def _call(self, t: ScaleTarget, fn: Callable[[], Any]) -> Any:

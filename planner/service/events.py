@@ -34,8 +34,12 @@ def event_reason(d: PoolDecision) -> str:
 
 def event_message(policy: str, pool: str, before: int, after: int, d: PoolDecision,
                   observation: Observation | NoData) -> str:
-    seen = (f"no data ({observation.reason.value})" if isinstance(observation, NoData) or pool not in
-            observation.pools else f"{observation.pools[pool].rate_rps:.2f} rps")
+    if isinstance(observation, NoData):
+        seen = f"no data ({observation.reason.value})"
+    elif pool in observation.pools:
+        seen = f"{observation.pools[pool].rate_rps:.2f} rps"
+    else:
+        seen = "no data for the pool"
     predicted = [f"{name} {v:.0f} ms" for name, v in (("TTFT", d.predicted_ttft_ms), ("ITL", d.predicted_itl_ms))
                  if v is not None]
     return (f"policy {policy}: pool {pool} {before} -> {after} replicas; reasons "

@@ -101,6 +101,7 @@ class ControlLoop:
         self._seeded = False  # the controller's state reflects what the targets hold (re-done on takeover)
         self._said_unseedable = False
         self.last: TickResult | None = None
+        self.profile: object | None = None  # the policy's profile, for what-ifs (POST /v1/plan); set by the runner
 
     # ------------------------------------------------------------------------------------------ one tick
     def tick(self) -> TickResult:

@@ -110,7 +110,7 @@ def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = N
                        monitor=MissingSignalMonitor.for_policy(policy, metrics, source_name(source)),
                        store=store, elector=elector, events=events)
     loop.actuator_kind = "dry-run" if opts.dry_run else policy.actuator.kind
-    loop.profile = profile  # type: ignore[attr-defined] - POST /v1/plan sizes with it
+    loop.profile = profile  # POST /v1/plan sizes with it
     return loop
 
 
