@@ -37,6 +37,7 @@ from test_deploy import DEPLOY, OVERLAYS, REPO, by_kind, policy_of, render
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.actuators.targets import SCALABLE_KINDS, resolve_target, targets_from_policy
+from planner.service.events import ScaleEvents
 from planner.service.leader import LeaseElector
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource[/subresource], verb, resourceName|None)
@@ -248,7 +249,10 @@ def test_direct_overlay_roles_let_the_real_actuator_and_elector_work(tmp_path: P
         elector = LeaseElector(api, lease_name(["run"]), "llm", "planner-0", lease_duration_s=15)
         assert elector.step(1000.0) and elector.step(1005.0)  # create, then read + renew
         elector.release(1006.0)
-        assert kube.refused == []
+        events = ScaleEvents(api, targets, policy.name)
+        t = targets["decode"]
+        assert events._emit(t, events._body(t, "SlaCapacity", "pool decode 1 -> 5", 1007.0))
+        assert kube.refused == [] and len(kube.events) == 1
         # Scoped by resourceNames: the same kind, another name, is refused - and the error says what to grant.
         other = resolve_target("decode", "apps/v1", "Deployment", "llm", "not-a-target", 1)
         with pytest.raises(ActuationError, match="forbidden.*deployments/scale"):

@@ -153,3 +153,23 @@ def test_once_exits_non_zero_when_the_lease_cannot_be_taken(tmp_path: Path, kube
     err = capsys.readouterr().err
     assert rc == 1 and "not applied" in err, err
     assert "not applied" in err and "forbidden" in err and "leader-election" in err
+
+
+def test_one_elector_shared_by_the_loops_of_several_policies(kube: FakeKube) -> None:
+    """`planner run --policy A --policy B`: two loop threads step one elector; neither may lose to the other."""
+    import threading
+
+    clock = FakeClock(T0)
+    shared = LeaseElector(kube.api_client(), "planner", NS, "pod-a", 90.0, clock=clock.now_s)
+    got: list[bool] = []
+
+    def loop_thread() -> None:
+        for k in range(20):
+            got.append(shared.step(T0 + k * 10))
+
+    threads = [threading.Thread(target=loop_thread) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [True] * 40 and shared.problem is None

@@ -21,6 +21,7 @@ readiness. Losing a race or finding the lease held by another candidate is not a
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +56,7 @@ class LeaseElector:
         self._leader = False
         self.problem: str | None = None  # why the lease cannot be taken or renewed; None when it can
         self.holder: str | None = None  # the identity holding the lease at our last read
+        self._lock = threading.Lock()
 
     def _now(self, fallback_s: float) -> float:
         return self.clock() if self.clock is not None else fallback_s
@@ -82,7 +84,17 @@ class LeaseElector:
             lease_transitions=transitions)
 
     def step(self, now_s: float) -> bool:
-        """Try to become or stay leader at ``now_s``; returns whether this candidate may act now."""
+        """Try to become or stay leader at ``now_s``; returns whether this candidate may act now.
+
+        Thread-safe: the loops of several policies share one elector. A renewal younger than a third of the
+        lease is not repeated (the loops of one process would otherwise race each other to a 409)."""
+        with self._lock:
+            if self._leader and self._renewed_s is not None and 0 <= now_s - self._renewed_s < \
+                    self.lease_duration_s / 3:
+                return True
+            return self._step_locked(now_s)
+
+    def _step_locked(self, now_s: float) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         try:

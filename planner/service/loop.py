@@ -162,8 +162,9 @@ class ControlLoop:
         if replicas is None:
             if not self._said_unseedable:
                 self.logger.warning("policy %s: actuator %s cannot read the targets' spec.replicas (no "
-                                    "credentials, no targets, or no permission); seeding from the ready replicas Prometheus sees, which are fewer "
-                                    "while pods start", self.name, self.actuator_kind)
+                                    "credentials, no targets, or no permission); seeding from the ready replicas "
+                                    "the metrics show, which are fewer while pods start", self.name,
+                                    self.actuator_kind)
                 self._said_unseedable = True
             if not isinstance(observation, Observation):
                 return None  # nothing to seed from yet; the decision holds on NoData anyway
