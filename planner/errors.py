@@ -48,7 +48,7 @@ class UserError(Exception):
         self.mentions = tuple(mentions)
 
     def __reduce__(self) -> tuple[type[UserError], tuple[str, str | None, tuple[str, ...]]]:
-        # Errors cross process boundaries (the oracle's worker pool); keep the keys on the way.
+        # Errors cross process boundaries (the offline search's worker pool); keep the keys on the way.
         return type(self), (str(self), self.key, self.mentions)
 
     def for_flags(self, flags: Mapping[str, str]) -> UserError:

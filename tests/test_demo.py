@@ -10,8 +10,8 @@ from planner.profile import load_profile
 
 def test_demo_runs_profile_plan_and_backtest(tmp_path, capsys) -> None:
     out = tmp_path / "demo"
-    rc = run(["demo", "--out", str(out), "--minutes", "4", "--rate-scale", "2", "--baselines", "static",
-              "--no-plots"])
+    rc = run(["demo", "--out", str(out), "--minutes", "4", "--warmup-minutes", "1", "--rate-scale", "2",
+              "--baselines", "static", "--no-plots"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "plan (what-if)" in text and "SLA attainment vs GPU-hours" in text
@@ -20,9 +20,10 @@ def test_demo_runs_profile_plan_and_backtest(tmp_path, capsys) -> None:
     report = json.loads((out / "backtest" / "report.json").read_text())
     assert set(report["policies"]) == {"planner", "static"}
     trace = report["trace"]
-    assert trace["rate_scale"] == 2 and trace["duration_s"] <= 240
+    assert trace["rate_scale"] == 2 and 240 < trace["duration_s"] <= 300 and trace["warmup_s"] == 60
+    assert {"lower_bound", "offline"} <= set(report["references"])
     for p in report["policies"].values():
-        assert p["requests"] == trace["requests"] > 0
+        assert p["requests"] == trace["scored_requests"] > 0
         assert 0.0 <= p["attainment_joint"] <= min(p["attainment_ttft"], p["attainment_itl"]) + 1e-12
 
 

@@ -36,7 +36,7 @@ def test_library_text_names_the_key() -> None:
     assert str(UserError("-1 must be >= 0", key="warmup_s")) == "warmup_s: -1 must be >= 0"
 
 
-def test_keys_survive_pickling() -> None:  # errors come back from the oracle's worker processes
+def test_keys_survive_pickling() -> None:  # errors come back from worker processes
     again = pickle.loads(pickle.dumps(UserError("warmup_s: bad", key="warmup_s", mentions=("start_s",))))
     assert (str(again), again.key, again.mentions) == ("warmup_s: bad", "warmup_s", ("start_s",))
 

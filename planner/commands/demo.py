@@ -2,11 +2,12 @@
 
 profile (analytical Qwen3-32B on H200 at the trace's workload) -> what-if plan at the mean and peak load ->
 backtest of the embedded Azure conversation trace: the planner against static, reactive (HPA/KEDA-style),
-Dynamo's SLA planner and the oracle, with a report and plots.
+Dynamo's planner (throughput and load modes), with the lower bound and offline schedule, a report and plots.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +17,7 @@ from rich.rule import Rule
 
 from planner.catalog import data_dir
 from planner.commands.progress import phase_progress
+from planner.errors import UserError
 
 if TYPE_CHECKING:
     from planner.config import Policy
@@ -28,9 +30,11 @@ def register(app: typer.Typer) -> None:
     def demo_cmd(
         out: Annotated[Path, typer.Option(help="output directory")] = Path("out/demo"),
         trace: Annotated[Path | None, typer.Option(help="Azure-format trace (default: the embedded conv trace)")] = None,
-        minutes: Annotated[float, typer.Option(help="minutes of the trace to replay")] = 20.0,
+        minutes: Annotated[float, typer.Option(help="minutes of the trace to score")] = 20.0,
+        warmup_minutes: Annotated[float, typer.Option("--warmup-minutes", help="minutes replayed first, unscored, "
+                                                      "so every policy starts from its own state")] = 5.0,
         rate_scale: Annotated[float, typer.Option("--rate-scale", help="arrival-rate multiplier")] = 4.0,
-        baselines: Annotated[str, typer.Option(help="comma-separated baselines")] = "static,reactive,dynamo-sla,oracle",
+        baselines: Annotated[str, typer.Option(help="comma-separated baselines")] = "static,reactive,dynamo-throughput,dynamo-load",
         no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
     ) -> None:
         """Profile -> plan -> backtest on the embedded Azure trace; writes a report and plots."""
@@ -42,12 +46,14 @@ def register(app: typer.Typer) -> None:
 
         positive("--minutes", minutes)
         positive("--rate-scale", rate_scale)
+        if not 0 <= warmup_minutes < 1e6:
+            raise UserError(f"--warmup-minutes: {warmup_minutes:g} must be >= 0")
         console = Console()
         if not console.is_terminal:  # piped to a file: don't squeeze the tables into 80 columns
             console = Console(width=120)
         trace_path = trace or data_dir() / "traces" / "azure2023-conv.csv"
         policy = load_policy(data_dir().parent / "policies" / "example.yaml")
-        tr = load_requests(trace_path, "azure", rate_scale=rate_scale, duration_s=minutes * 60.0)
+        tr = load_requests(trace_path, "azure", rate_scale=rate_scale, duration_s=(minutes + warmup_minutes) * 60.0)
         isl, osl = int(np.mean(tr.isl)), int(np.mean(tr.osl))
 
         console.print(Rule("1. profile"))
@@ -58,12 +64,12 @@ def register(app: typer.Typer) -> None:
         _plan(console, policy, profile, tr, isl, osl)
 
         console.print(Rule("3. backtest"))
-        console.print(f"trace: {trace_path.name}, first {minutes:g} min at rate x{rate_scale:g} "
-                      f"({len(tr):,} requests); policy {policy.name}")
+        console.print(f"trace: {trace_path.name}, {minutes:g} min scored after a {warmup_minutes:g}-min warm-up, "
+                      f"at rate x{rate_scale:g} ({len(tr):,} requests); policy {policy.name}")
         base = [b.strip() for b in baselines.split(",") if b.strip()]
         meta = {"format": "azure", "rate_scale": rate_scale, "scale_mode": "superpose", "seed": 0,
                 "path": str(trace_path)}
-        paths = _backtest(console, tr, profile, policy, base, meta, out, no_plots)
+        paths = _backtest(console, tr, profile, policy, base, meta, out, no_plots, warmup_minutes * 60.0)
         for p in [profile_path, *paths]:
             console.print(f"wrote {p}")
 
@@ -97,13 +103,14 @@ def _plan(console: Console, policy: Policy, profile: Profile, tr: RequestTrace, 
 
 
 def _backtest(console: Console, tr: RequestTrace, profile: Profile, policy: Policy, base: list[str],
-              meta: dict[str, object], out: Path, no_plots: bool) -> list[Path]:
+              meta: dict[str, object], out: Path, no_plots: bool, warmup_s: float) -> list[Path]:
     from planner.sim.backtest import run_backtest
     from planner.sim.report import write_report
     from planner.sim.summary_table import render_summary
 
     with phase_progress(console) as progress:
-        result = run_backtest(tr, profile, policy, baselines=base, progress=progress, trace_meta=meta)
+        result = run_backtest(tr, profile, policy, baselines=base, progress=progress, trace_meta=meta,
+                              warmup_s=warmup_s, workers=min(2, os.cpu_count() or 1))
     paths = write_report(result, out / "backtest", plots=not no_plots)
     render_summary(result.report, console)
     console.print(f"SLA: TTFT <= {policy.sla.ttft_ms:g} ms and ITL <= {policy.sla.itl_ms:g} ms; a request counts "

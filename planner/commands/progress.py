@@ -1,4 +1,4 @@
-"""One progress display for long runs with several named phases (backtest policies, oracle search)."""
+"""One progress display for long runs with several named phases (backtest policies, offline schedule)."""
 
 from __future__ import annotations
 

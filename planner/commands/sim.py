@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -12,6 +13,8 @@ from rich.console import Console
 from planner.commands.args import parse_columns
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
+from planner.sim.baselines.registry import DEFAULT_BASELINES
+from planner.sim.baselines.registry import names as baseline_names
 
 if TYPE_CHECKING:
     from planner.config import Policy
@@ -32,9 +35,8 @@ def backtest_cmd(
                                             "compress (divide times by K)")] = "superpose",
     startup_s: Annotated[float | None, typer.Option("--startup-s", help="replica start-up seconds "
                                                     "(default: the policy's startup_s)")] = None,
-    baselines: Annotated[str, typer.Option(help="comma-separated: static,reactive,dynamo-sla,oracle,"
-                                           "clairvoyant (the planner fed the true future load; empty: none)")]
-    = "static,reactive,dynamo-sla,oracle,clairvoyant",
+    baselines: Annotated[str, typer.Option(help="comma-separated, from: " + ", ".join(baseline_names())
+                                           + " (empty: none)")] = ",".join(DEFAULT_BASELINES),
     kill: Annotated[bool, typer.Option("--kill", help="scale-down kills in-flight work (counted failed) "
                                        "instead of draining")] = False,
     seed: Annotated[int, typer.Option(help="seed for rate scaling and synthesis")] = 0,
@@ -43,12 +45,17 @@ def backtest_cmd(
     forecaster: Annotated[str | None, typer.Option(help="override the policy's forecast model")] = None,
     quantile: Annotated[float | None, typer.Option("--quantile", help="override the policy's forecast "
                                                    "quantile (0.5-0.99; for attainment/GPU-hour frontiers)")] = None,
-    oracle_interval_s: Annotated[float | None, typer.Option("--oracle-interval-s",
-                                                            help="oracle resolution (default max(60, interval))")] = None,
-    workers: Annotated[int | None, typer.Option(help="processes for the oracle search")] = None,
+    oracle_interval_s: Annotated[float | None, typer.Option("--oracle-interval-s", hidden=True,
+                                                            help="deprecated: the offline schedule replaced the "
+                                                            "per-interval oracle; ignored")] = None,
+    workers: Annotated[int | None, typer.Option(help="processes judging offline-schedule candidates "
+                                                "(default: up to 2)")] = None,
+    offline_simulations: Annotated[int, typer.Option("--offline-simulations", help="full simulations the "
+                                                     "offline schedule's search may spend")] = 24,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
     dynamo_predictor: Annotated[str, typer.Option("--dynamo-predictor",
-                                                  help="dynamo-sla's predictor: constant | arima")] = "constant",
+                                                  help="dynamo-throughput's load predictor: constant | "
+                                                  "arima | kalman (Dynamo's own default is arima)")] = "constant",
     warmup_s: Annotated[float, typer.Option("--warmup-s", help="run the N s of trace before --start-s "
                                             "unscored first, so every policy enters the scored window "
                                             "from its own state and history")] = 0.0,
@@ -63,6 +70,11 @@ def backtest_cmd(
     prof = load_profile(profile)
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be >= 1")
+    if offline_simulations < 0:
+        raise UserError(f"--offline-simulations: {offline_simulations} must be >= 0")
+    if oracle_interval_s is not None:
+        console.print("note: --oracle-interval-s is ignored: the offline schedule (every report's reference) "
+                      "replaced the per-interval oracle")
     start_s, duration_s = _with_warmup(warmup_s, start_s, duration_s)
     tr = load_requests(trace, format, columns=parse_columns(columns), rate_scale=rate_scale,
                        scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s)
@@ -72,7 +84,8 @@ def backtest_cmd(
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
         result = run_backtest(tr, prof, pol, baselines=base, startup_s=startup_s, kill=kill, seed=seed,
-                              forecaster=forecaster, oracle_interval_s=oracle_interval_s, workers=workers,
+                              forecaster=forecaster, offline_simulations=offline_simulations,
+                              workers=min(2, os.cpu_count() or 1) if workers is None else workers,
                               progress=progress, dynamo_predictor=dynamo_predictor, warmup_s=warmup_s,
                               trace_meta=meta)
     result.report["timings_s"]["total"] = round(time.perf_counter() - t0, 2)

@@ -18,7 +18,7 @@ from planner.decide.capacity import Load, aggregated_latency_ms, prefill_ttft_ms
 from planner.decide.demand import ISL_SOURCES, OSL_SOURCES, finite, mean_length
 from planner.decide.spec import DeciderSpec
 from planner.decide.state import Calibrated, PlannerState
-from planner.types import Mode, Observation, Pool, Reason
+from planner.types import LengthMix, Mode, Observation, Pool, Reason
 
 SAMPLE_WEIGHT = 0.5  # weight of a new observation against the decayed history (in log space)
 MIN_REQUESTS = 20  # a window with fewer requests gives too noisy a percentile to learn from
@@ -92,10 +92,11 @@ def _learn_ttft(spec: DeciderSpec, obs: Observation, isl: float | None, osl: flo
     if po.queue > 0.5 * ready:  # a backlog left by an earlier overload is not a model error: learn when steady
         return None
     load = Load(po.rate_rps, isl, osl or 1.0)
+    mix = LengthMix.from_buckets(po.isl_buckets)  # the window's own prompts, as it was served
     if spec.mode is Mode.AGGREGATED:
-        predicted = aggregated_latency_ms(spec.model, load, ready)[0]
+        predicted = aggregated_latency_ms(spec.model, load, ready, mix=mix)[0]
     else:
-        predicted = prefill_ttft_ms(spec.model, load, ready)
+        predicted = prefill_ttft_ms(spec.model, load, ready, mix=mix)
     return update(state.factor("ttft"), finite(po.ttft_ms_p95), predicted, now_s, spec.policy.calibration)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.decide.prefill_mix import prefill_mix, queueing_fits, smallest_pool_for_mix, ttft_quantile_s
 from planner.decide.queueing import Wait, smallest_pool, wait_at, wait_quantiles_s
 from planner.decide.sizing_model import SizingModel
 from planner.perf.engine import EngineModel
 from planner.perf.kv import transfer_s
-from planner.types import Reason
+from planner.types import LengthMix, Reason
 
 # Request ISLs are modelled as exponentially distributed around the forecast mean: it is the maximum-entropy
 # choice for a known mean, and close to the Azure traces' tails (conv: mean 1,155, p99 4,142 = 3.6x mean;
@@ -67,8 +68,14 @@ def _ttft_fixed_s(model: SizingModel, engine: EngineModel, isl_mean: float, with
     return t
 
 
-def prefill_ttft_ms(model: SizingModel, load: Load, replicas: int, factor: float = 1.0) -> float:
-    """Predicted TTFT at the SLA percentile for a prefill pool of ``replicas`` (inf when overloaded)."""
+def prefill_ttft_ms(model: SizingModel, load: Load, replicas: int, factor: float = 1.0,
+                    mix: LengthMix | None = None) -> float:
+    """Predicted TTFT at the SLA percentile for a prefill pool of ``replicas`` (inf when overloaded); with the
+    prompt-length ``mix``, over its buckets (planner/decide/prefill_mix.py), else exponential around the mean."""
+    if mix is not None:
+        pm = prefill_mix(model, model.engine, mix, load.isl_tokens, True)
+        return factor * 1e3 * ttft_quantile_s(pm, max(1, replicas) if load.rate_rps <= 0 else replicas,
+                                              load.rate_rps, model.percentile)
     if load.rate_rps <= 0:
         return factor * 1e3 * _ttft_fixed_s(model, model.engine, max(1.0, load.isl_tokens), True)
     s, scv = _service(model, model.engine, load.isl_tokens)
@@ -76,8 +83,11 @@ def prefill_ttft_ms(model: SizingModel, load: Load, replicas: int, factor: float
     return factor * 1e3 * (w.quantile_s + _ttft_fixed_s(model, model.engine, load.isl_tokens, True))
 
 
-def prefill_ttft_table_ms(model: SizingModel, load: Load, max_replicas: int, factor: float = 1.0) -> list[float]:
+def prefill_ttft_table_ms(model: SizingModel, load: Load, max_replicas: int, factor: float = 1.0,
+                          mix: LengthMix | None = None) -> list[float]:
     """Predicted TTFT for every prefill pool size 0..max_replicas (one pass; for the budget split)."""
+    if mix is not None:
+        return [prefill_ttft_ms(model, load, c, factor, mix) for c in range(max_replicas + 1)]
     if load.rate_rps <= 0:
         return [prefill_ttft_ms(model, load, 0, factor)] * (max_replicas + 1)
     s, scv = _service(model, model.engine, load.isl_tokens)
@@ -86,10 +96,13 @@ def prefill_ttft_table_ms(model: SizingModel, load: Load, max_replicas: int, fac
                                                                     model.percentile)]
 
 
-def size_prefill(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000) -> Sizing:
+def size_prefill(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000,
+                 mix: LengthMix | None = None) -> Sizing:
     """Smallest prefill pool whose TTFT percentile (queueing + compute + KV transfer + first step) meets the SLA."""
     if load.rate_rps <= 0:
-        return Sizing(0.0, 0, prefill_ttft_ms(model, load, 0, factor))
+        return Sizing(0.0, 0, prefill_ttft_ms(model, load, 0, factor, mix))
+    if mix is not None:
+        return _size_prefill_mix(model, load, factor, ceiling, mix)
     s, scv = _service(model, model.engine, load.isl_tokens)
     fixed_s = _ttft_fixed_s(model, model.engine, load.isl_tokens, True)
     budget_s = model.ttft_target_ms / 1e3 / factor - fixed_s
@@ -110,6 +123,20 @@ def size_prefill(model: SizingModel, load: Load, factor: float = 1.0, ceiling: i
         need = load.rate_rps * s / INFEASIBLE_UTILISATION
         return Sizing(need, math.ceil(need), math.inf, (*reasons,))
     return Sizing(float(w.servers), w.servers, factor * 1e3 * (w.quantile_s + fixed_s), (*reasons,))
+
+
+def _size_prefill_mix(model: SizingModel, load: Load, factor: float, ceiling: int, mix: LengthMix) -> Sizing:
+    """As size_prefill, over the prompt-length mix: requests no pool can serve in time are counted (reason
+    sla_infeasible when they alone break the percentile), not chased."""
+    pm = prefill_mix(model, model.engine, mix, load.isl_tokens, True)
+    target_s = model.ttft_target_ms / 1e3 / factor
+    reasons = (Reason.SLA_INFEASIBLE,) if pm.infeasible_share(target_s) >= 1.0 - model.percentile else ()
+    w = smallest_pool_for_mix(pm, load.rate_rps, target_s, model.percentile, ceiling)
+    if w is None:  # even the ceiling cannot keep up: ask for what throughput needs, the ceiling will clamp
+        need = load.rate_rps * pm.mean_s / INFEASIBLE_UTILISATION
+        return Sizing(need, math.ceil(need), math.inf, reasons)
+    predicted = factor * 1e3 * ttft_quantile_s(pm, w.servers, load.rate_rps, model.percentile)
+    return Sizing(float(w.servers), w.servers, predicted, reasons)
 
 
 # ---------------------------------------------------------------------------------------------- decode
@@ -218,7 +245,7 @@ def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: in
 
 # ------------------------------------------------------------------------------------------ aggregated
 def aggregated_latency_ms(model: SizingModel, load: Load, replicas: int, ttft_factor: float = 1.0,
-                          itl_factor: float = 1.0) -> tuple[float, float]:
+                          itl_factor: float = 1.0, mix: LengthMix | None = None) -> tuple[float, float]:
     """(TTFT, ITL) at the percentile for an aggregated pool: prefill chunks ride on decode steps.
 
     A replica spends the share ``u = rate/c x prefill time`` of its time on prompts; decode steps stretch by
@@ -228,7 +255,8 @@ def aggregated_latency_ms(model: SizingModel, load: Load, replicas: int, ttft_fa
     engine = model.aggregated
     if replicas <= 0:
         return math.inf, math.inf
-    s, scv = _service(model, engine, max(1.0, load.isl_tokens))
+    pm = prefill_mix(model, engine, mix, load.isl_tokens, False) if mix is not None else None
+    s, scv = (pm.mean_s, pm.scv) if pm is not None else _service(model, engine, max(1.0, load.isl_tokens))
     u = load.rate_rps * s / replicas
     if u >= 1.0:
         return math.inf, math.inf
@@ -237,16 +265,20 @@ def aggregated_latency_ms(model: SizingModel, load: Load, replicas: int, ttft_fa
     if batch > min(engine.decode.max_batch, engine.decode.kv_batch_limit(_kv_context(load))):
         return math.inf, math.inf
     itl = itl / (1.0 - u)
+    if pm is not None:
+        return ttft_factor * 1e3 * ttft_quantile_s(pm, replicas, load.rate_rps, model.percentile), itl_factor * itl
     w = wait_at(replicas, load.rate_rps, s, scv, model.percentile)
     ttft = 1e3 * (w.quantile_s + _ttft_fixed_s(model, engine, load.isl_tokens, False))
     return ttft_factor * ttft, itl_factor * itl
 
 
 def size_aggregated(model: SizingModel, load: Load, ttft_factor: float = 1.0, itl_factor: float = 1.0,
-                    ceiling: int = 100_000) -> Sizing:
+                    ceiling: int = 100_000, mix: LengthMix | None = None) -> Sizing:
     if load.rate_rps <= 0:
-        t, i = aggregated_latency_ms(model, load, 1, ttft_factor, itl_factor)
+        t, i = aggregated_latency_ms(model, load, 1, ttft_factor, itl_factor, mix)
         return Sizing(0.0, 0, t, (), i)
+    if mix is not None:
+        return _size_aggregated_mix(model, load, ttft_factor, itl_factor, ceiling, mix)
     engine, ctx = model.aggregated, _context(load)
     b = max(1, min(_largest_batch(model, engine, model.itl_target_ms / itl_factor, ctx),
                    engine.decode.kv_batch_limit(_kv_context(load))))
@@ -258,4 +290,24 @@ def size_aggregated(model: SizingModel, load: Load, ttft_factor: float = 1.0, it
         if t <= model.ttft_target_ms and i <= model.itl_target_ms:
             return Sizing(float(c), c, t, (), i)
     need = max(float(start), load.rate_rps * s / INFEASIBLE_UTILISATION)
+    return Sizing(need, math.ceil(need), math.inf, (Reason.SLA_INFEASIBLE,), math.inf)
+
+
+def _size_aggregated_mix(model: SizingModel, load: Load, ttft_factor: float, itl_factor: float, ceiling: int,
+                         mix: LengthMix) -> Sizing:
+    """As size_aggregated, with TTFT judged over the prompt-length mix (prefill_mix.queueing_fits)."""
+    engine, ctx = model.aggregated, _context(load)
+    pm = prefill_mix(model, engine, mix, load.isl_tokens, False)
+    target_s = model.ttft_target_ms / 1e3 / ttft_factor
+    reasons = (Reason.SLA_INFEASIBLE,) if pm.infeasible_share(target_s) >= 1.0 - model.percentile else ()
+    fits = queueing_fits(pm, load.rate_rps, target_s, model.percentile)
+    b = max(1, min(_largest_batch(model, engine, model.itl_target_ms / itl_factor, ctx),
+                   engine.decode.kv_batch_limit(_kv_context(load))))
+    _, n_p = in_flight(model, load, itl_factor * model.itl_ms(engine, 1, ctx))
+    start = max(1, math.ceil(n_p / b), math.ceil(load.rate_rps * pm.mean_s))
+    for c in range(start, ceiling + 1):
+        t, i = aggregated_latency_ms(model, load, c, ttft_factor, itl_factor, mix)
+        if i <= model.itl_target_ms and fits(wait_at(c, load.rate_rps, pm.mean_s, pm.scv, model.percentile)):
+            return Sizing(float(c), c, t, reasons, i)
+    need = max(float(start), load.rate_rps * pm.mean_s / INFEASIBLE_UTILISATION)
     return Sizing(need, math.ceil(need), math.inf, (Reason.SLA_INFEASIBLE,), math.inf)

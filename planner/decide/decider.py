@@ -104,9 +104,9 @@ def _predicted(spec: DeciderSpec, dem: Demand, factors: Factors, pool: Pool,
                replicas: int) -> tuple[float | None, float | None]:
     """(TTFT, ITL) the model predicts for ``pool`` at ``replicas`` (None where the pool does not set it)."""
     if pool is Pool.AGGREGATED:
-        return aggregated_latency_ms(spec.model, dem.load, replicas, factors.ttft, factors.itl)
+        return aggregated_latency_ms(spec.model, dem.load, replicas, factors.ttft, factors.itl, dem.isl_mix)
     if pool is Pool.PREFILL:
-        return prefill_ttft_ms(spec.model, dem.prefill, replicas, factors.ttft), None
+        return prefill_ttft_ms(spec.model, dem.prefill, replicas, factors.ttft, dem.isl_mix), None
     return None, decode_itl_ms(spec.model, dem.decode, replicas, factors.itl)
 
 

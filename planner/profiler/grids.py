@@ -30,6 +30,11 @@ class SweepRequest:
     # torch backend: run the LM head (logits GEMM) in both stages, as a serving engine does. The shared
     # measurements (shared/measurements) left it out; set False to reproduce their shapes like-for-like.
     include_lm_head: bool = True
+    # Measuring backends that sweep a serving system (profile requests with search "thorough"): the endpoint
+    # backend measures the OpenAI-compatible server at ``url``; the kubernetes backend deploys ``template``
+    # (a manifest, YAML text) at each TP.
+    url: str | None = None
+    template: str | None = None
 
     def grids(self, max_context: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """Explicit grids are used exactly; default grids stop at the model's context length."""

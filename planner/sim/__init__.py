@@ -1,1 +1,1 @@
-"""Simulated cluster, trace loaders, baselines, oracle and backtest reports."""
+"""Simulated cluster, trace loaders, baselines, the lower bound and offline schedule, backtest reports."""

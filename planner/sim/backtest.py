@@ -5,11 +5,16 @@ Per request: met-TTFT = TTFT <= sla.ttft_ms; met-ITL = the request's *mean* inte
 failed requests (killed, or unfinished ``tail_s`` after the last arrival) miss both. Attainment is the
 fraction of requests; the SLA is met when attainment >= sla.percentile / 100.
 
-Every policy starts from the same warm, ready cluster (the oracle's sizes for the first
-``startup_s + interval``, or a fluid estimate when the oracle is not run), so no policy is charged for a
-cold start the others do not pay. A warm-up (``warmup_s``) goes further: every policy runs the trace's first
-``warmup_s`` seconds unscored, so the scored window starts from each policy's own state and history rather
-than from one arbitrary starting size that suits some policies' first minutes better than others'.
+Every policy starts from the same warm, ready cluster (a fluid estimate of the first ``startup_s +
+interval``), so no policy is charged for a cold start the others do not pay. A warm-up (``warmup_s``) goes
+further: every policy runs the trace's first ``warmup_s`` seconds unscored, so the scored window starts from
+each policy's own state and history rather than from one arbitrary starting size.
+
+Every report carries two references beside the policies: a strict lower bound (planner/sim/lower_bound.py:
+no policy, causal or clairvoyant, can meet the SLA for less) and the offline schedule (planner/sim/offline.py:
+an achievable schedule that knows the future, seeded from every policy of the run and trimmed by full
+simulation). The report checks lower bound <= offline schedule and flags any policy that spends less than
+the offline schedule and attains at least as much: either is a broken yardstick.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,15 +31,18 @@ from planner.controller import make_planner_controller
 from planner.errors import UserError
 from planner.perf.kv import gbps_to_bytes_per_s
 from planner.profile import Profile
-from planner.sim.baselines.registry import REGISTRY, BaselineContext
+from planner.sim.baselines.registry import REFERENCE_ALIASES, REGISTRY, BaselineContext
 from planner.sim.cluster import SimConfig
-from planner.sim.oracle import OracleSchedule, compute_oracle
+from planner.sim.lower_bound import LowerBound, lower_bound
+from planner.sim.offline import OfflineJob, OfflineSchedule, offline_schedule, plan_from_targets
 from planner.sim.replay import Replay, replay
+from planner.sim.scoring import MET_ITL, direction_changes, summarise  # noqa: F401 - re-exported
 from planner.sim.traces import RequestTrace
 from planner.types import Controller, Mode, Pool
 
 BASELINES = tuple(REGISTRY)
-MET_ITL = "request mean ITL ((last token - first token) / (OSL - 1)) <= sla.itl_ms"
+ACCEPTED = (*BASELINES, *REFERENCE_ALIASES)
+OFFLINE_SIMULATIONS = 24  # full simulations the offline search may spend
 
 
 @dataclass(frozen=True)
@@ -76,87 +84,18 @@ def fluid_initial(trace: RequestTrace, profile: Profile, policy: Policy, horizon
             for k, v in need.items()}
 
 
-def _pcts(values: np.ndarray) -> dict[str, float | None]:
-    v = values[np.isfinite(values)]
-    if len(v) == 0:
-        return {"p50": None, "p95": None, "p99": None}
-    p = np.percentile(v, [50, 95, 99])
-    return {"p50": round(float(p[0]), 3), "p95": round(float(p[1]), 3), "p99": round(float(p[2]), 3)}
-
-
-def direction_changes(targets: Sequence[tuple[float, dict[str, int]]]) -> int:
-    """Per pool, how often the sign of consecutive non-zero replica changes flips (up->down, down->up)."""
-    flips = 0
-    # Union of keys: a first tick that holds with unknown sizes (no data yet) carries no pools at all.
-    pools = sorted({pool for _, tg in targets for pool in tg})
-    for pool in pools:
-        last_sign = 0
-        prev = None
-        for _, tg in targets:
-            n = tg.get(pool)
-            if n is None:
-                continue
-            if prev is not None and n != prev:
-                sign = 1 if n > prev else -1
-                if last_sign and sign != last_sign:
-                    flips += 1
-                last_sign = sign
-            prev = n
-    return flips
-
-
-def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
-    """Scores of one replay; with a warm-up (``rep.score_from_s``), only what arrived and ran after it."""
-    scored = rep.results["arrival_s"] >= rep.score_from_s
-    r = {k: v[scored] for k, v in rep.results.items()}
-    failed = r["failed"]
-    ok = ~failed
-    with np.errstate(invalid="ignore"):
-        ttft_ms = np.where(ok, r["ttft_s"] * 1e3, np.nan)
-        itl_ms = np.where(ok, r["itl_mean_s"] * 1e3, np.nan)
-        met_ttft = ok & (ttft_ms <= policy.sla.ttft_ms)
-        met_itl = ok & (itl_ms <= policy.sla.itl_ms)
-    n = len(failed)
-    hours = max(duration_s - rep.score_from_s, 1.0) / 3600.0
-    targets = [(t, tg) for t, tg in rep.targets if t >= rep.score_from_s]
-    peak: dict[str, int] = {}
-    for _, tg in targets:
-        for p, v in tg.items():
-            peak[p] = max(peak.get(p, 0), v)
-    if rep.score_from_s > 0:
-        before = [tg for t, tg in rep.targets if t < rep.score_from_s][-1:]  # the targets scoring starts from
-        seq = before + [tg for _, tg in targets]
-        events = sum(1 for a, b in zip(seq, seq[1:], strict=False) if a != b)
-    else:
-        events = int(rep.scale_events)
-    return {
-        "requests": int(n),
-        "attainment_ttft": round(float(met_ttft.mean()), 5) if n else None,
-        "attainment_itl": round(float(met_itl.mean()), 5) if n else None,
-        "attainment_joint": round(float((met_ttft & met_itl).mean()), 5) if n else None,
-        "ttft_ms": _pcts(ttft_ms),
-        "itl_ms": _pcts(itl_ms),
-        "itl_max_gap_ms": _pcts(np.where(ok, r["itl_max_s"] * 1e3, np.nan)),
-        "e2e_ms": _pcts(np.where(ok, r["e2e_s"] * 1e3, np.nan)),
-        "gpu_hours": round(rep.gpu_hours, 4),
-        "scale_events": events,
-        "direction_changes_per_hour": round(direction_changes(targets) / hours, 3),
-        "failed_requests": int(failed.sum()),
-        "peak_replicas": peak,
-    }
-
-
 def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, baselines: Sequence[str] = BASELINES,
                  startup_s: float | None = None, kill: bool = False, seed: int = 0, forecaster: str | None = None,
-                 oracle_interval_s: float | None = None, workers: int | None = None,
                  progress: Callable[[str, float, float], None] | None = None,
                  trace_meta: dict | None = None, dynamo_predictor: str = "constant",
-                 warmup_s: float = 0.0) -> BacktestResult:
-    """Replay ``trace`` under the planner and ``baselines``; with ``warmup_s`` > 0 the trace's first ``warmup_s``
-    seconds run every policy into its own steady state (and give forecasters history) but are not scored."""
-    unknown = [b for b in baselines if b not in BASELINES]
+                 warmup_s: float = 0.0, offline_simulations: int = OFFLINE_SIMULATIONS,
+                 workers: int = 1) -> BacktestResult:
+    """Replay ``trace`` under the planner and ``baselines``, with the lower bound and the offline schedule as
+    references; with ``warmup_s`` > 0 the trace's first ``warmup_s`` seconds run every policy into its own
+    steady state (and give forecasters history) but are not scored."""
+    unknown = [b for b in baselines if b not in ACCEPTED]
     if unknown:
-        raise UserError(f"baselines: unknown {', '.join(unknown)}; allowed: {', '.join(BASELINES)}", key="baselines")
+        raise UserError(f"baselines: unknown {', '.join(unknown)}; allowed: {', '.join(ACCEPTED)}", key="baselines")
     startup = float(policy.startup_s if startup_s is None else startup_s)
     if not math.isfinite(startup) or startup < 0:
         raise UserError(f"startup_s: {startup!r} must be >= 0", key="startup_s")
@@ -167,21 +106,23 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
         raise UserError(f"warmup_s: {warmup_s!r} must be >= 0 and shorter than the trace ({trace.duration_s:.0f} s)",
                         key="warmup_s")
     timings: dict[str, float] = {}
-    schedule: OracleSchedule | None = None
-    if any(REGISTRY[b].needs_schedule for b in baselines):
-        t0 = time.perf_counter()
-        o_int = float(oracle_interval_s or max(60.0, policy.interval_s))
-        schedule = compute_oracle(trace, profile, policy, config, interval_s=o_int, workers=workers,
-                                  progress=(lambda d, n: progress("oracle search", d, n)) if progress else None)
-        timings["oracle_search"] = round(time.perf_counter() - t0, 2)
-    if schedule is not None:
-        floors: dict[str, int] = {p: policy.pool(p).min_replicas for p in policy.pool_names()}
-        initial = schedule.need_over(0.0, startup + policy.interval_s, floors)
-    else:
-        initial = fluid_initial(trace, profile, policy, startup + policy.interval_s)
-    ctx = BaselineContext(policy, profile, trace, initial, schedule, warmup_s, startup, dynamo_predictor)
-    runs = _runs(ctx, baselines, forecaster)
+    initial = fluid_initial(trace, profile, policy, startup + policy.interval_s)
+    ctx = BaselineContext(policy, profile, trace, initial, None, warmup_s, startup, dynamo_predictor)
+    chosen = [b for b in dict.fromkeys(baselines) if b in REGISTRY]
+    runs = _runs(ctx, [b for b in chosen if not REGISTRY[b].needs_schedule], forecaster)
     policies, replays = _replay_all(runs, ctx, config, progress)
+    t0 = time.perf_counter()
+    bound = lower_bound(trace, profile, policy, startup_s=startup, warmup_s=warmup_s, config=config)
+    timings["lower_bound"] = round(time.perf_counter() - t0, 2)
+    t0 = time.perf_counter()
+    offline = _offline(ctx, config, replays, runs, offline_simulations, progress, workers)
+    timings["offline_search"] = round(time.perf_counter() - t0, 2)
+    ctx = replace(ctx, schedule=offline)
+    late = [(REGISTRY[b].build(ctx), b) for b in chosen if REGISTRY[b].needs_schedule]
+    late_runs = [(c, REGISTRY[b].window_s(c, ctx), REGISTRY[b].starting_replicas(c, ctx)) for c, b in late]
+    more, more_replays = _replay_all(late_runs, ctx, config, progress)
+    policies.update(more)
+    replays.update(more_replays)
     report = {
         "trace": {**trace.summary(), **(trace_meta or {}), "warmup_s": warmup_s,
                   "scored_requests": int(np.count_nonzero(trace.arrival_s >= warmup_s))},
@@ -189,16 +130,49 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
                 "met_ttft": "TTFT <= sla.ttft_ms", "met_itl": MET_ITL},
         "sim": _sim_section(ctx, config, kill, seed, forecaster),
         "policies": policies,
+        "references": _references(bound, offline, policy, trace.duration_s),
         "timings_s": timings,
     }
-    if schedule is not None:
-        report["oracle"] = {"method": schedule.method, "interval_s": schedule.interval_s,
-                            "simulations": schedule.simulations, "simulated_requests": schedule.simulated_requests,
-                            "infeasible_intervals": schedule.infeasible_intervals,
-                            "peak": schedule.peak(warmup_s)}
+    report["checks"] = yardstick_checks(report)
+    replays["offline"] = offline.replay
     return BacktestResult(report, replays, trace)
 
 
+def _offline(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay], runs: list[Run],
+             max_simulations: int, progress: Callable[[str, float, float], None] | None,
+             workers: int) -> OfflineSchedule:
+    """The offline schedule, seeded from what every policy of the run asked for."""
+    intervals = [int(round(c.interval_s)) for c, _, _ in runs]
+    exact = all(abs(c.interval_s - round(c.interval_s)) < 1e-9 and c.interval_s >= 1 for c, _, _ in runs)
+    grid_s = float(math.gcd(*intervals)) if exact else float(ctx.policy.interval_s)
+    end_s = max(r.end_s for r in replays.values()) + config.tail_s
+    cells = int(math.ceil(end_s / grid_s)) + 1
+    seeds = {c.name: plan_from_targets(replays[c.name].targets, init, grid_s, cells) for c, _, init in runs}
+    job = OfflineJob(ctx.trace, ctx.profile, ctx.policy, config, ctx.window_s, ctx.warmup_s)
+    cb = (lambda what, n: progress("offline schedule", n, max_simulations)) if progress else None
+    return offline_schedule(job, seeds, max_simulations, cb, workers)
+
+
+def _references(bound: LowerBound, offline: OfflineSchedule, policy: Policy, duration_s: float) -> dict:
+    scores = summarise(offline.replay, policy, duration_s)
+    return {"lower_bound": bound.to_report(),
+            "offline": {**scores, "method": offline.method, "simulations": offline.simulations,
+                        "seeded_from": offline.seeded_from, "grid_s": offline.plan.grid_s,
+                        "target_attainment": round(offline.target, 5),
+                        "percentile_reachable": offline.reachable >= policy.sla.percentile / 100.0,
+                        "reachable_attainment": round(offline.reachable, 5),
+                        "peak_over_window": offline.peak(offline.replay.score_from_s)}}
+
+
+def yardstick_checks(report: dict) -> dict:
+    """lower bound <= offline schedule, and no policy that spends less than the offline schedule while
+    attaining at least as much (a yardstick another policy beats on both axes is broken)."""
+    ref = report["references"]
+    off = ref["offline"]
+    dominating = [name for name, p in report["policies"].items()
+                  if p["gpu_hours"] < off["gpu_hours"] and (p["attainment_joint"] or 0) >= off["attainment_joint"]]
+    return {"lower_bound_le_offline": ref["lower_bound"]["gpu_hours"] <= off["gpu_hours"] + 1e-9,
+            "policies_dominating_offline": dominating}
 # (controller, its metrics window, the replicas its replay starts from)
 Run = tuple[Controller, float, dict[str, int]]
 

@@ -7,6 +7,8 @@ What :meth:`SimMetricSource.read` returns is what a Prometheus query over the la
   gap emitted in the window (token-weighted, like the engines' ITL histogram). Both are end-to-end
   (frontend) figures and are reported on every pool;
 - gauges at ``now_s``: queue (waiting requests), running, KV usage (decode/aggregated), ready replicas.
+- ``completed``: requests that *finished* in the window, their mean ISL, OSL and arrival-to-last-token
+  duration (what a frontend's request counter and histograms show; the same on every pool).
 Before one full window has passed since the start of the replay there is nothing to rate over: NoData.
 """
 
@@ -19,7 +21,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from planner.sim.cluster import Cluster
-from planner.types import Applied, NoData, NoDataReason, Observation, PoolObservation
+from planner.types import (
+    Applied,
+    Completions,
+    NoData,
+    NoDataReason,
+    Observation,
+    PoolObservation,
+    buckets_1_2_5,
+)
 
 # Requests that waited longer than this for their first token are not searched for (bounded read cost).
 TTFT_LOOKBACK_S = 1800.0
@@ -40,6 +50,19 @@ def _pcts(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[float,
     i50 = min(int(np.searchsorted(w, 0.5 * total)), len(v) - 1)
     i95 = min(int(np.searchsorted(w, 0.95 * total)), len(v) - 1)
     return float(v[i50]), float(v[i95]), float(np.dot(values, weights) / weights.sum())
+
+
+# The prompt-length histogram an engine exports (vLLM: 1-2-5 bounds up to its context length, then +inf).
+PROMPT_BOUNDS = (*buckets_1_2_5(1_000_000), math.inf)
+
+
+def prompt_buckets(lengths: np.ndarray) -> tuple[tuple[float, float], ...]:
+    """(upper bound, requests) per bucket, non-cumulative, empty buckets left out."""
+    if len(lengths) == 0:
+        return ()
+    idx = np.searchsorted(PROMPT_BOUNDS, lengths, side="left")  # bucket i holds (bound[i-1], bound[i]]
+    counts = np.bincount(idx, minlength=len(PROMPT_BOUNDS))
+    return tuple((PROMPT_BOUNDS[i], float(n)) for i, n in enumerate(counts) if n)
 
 
 class SimMetricSource:
@@ -67,12 +90,29 @@ class SimMetricSource:
             itl = None
         return ttft, itl
 
+    def completions(self, window_s: float, now_s: float) -> Completions:
+        """Requests whose last token came in (now - window, now]; those that waited longer than the look-back
+        are not searched for (bounded read cost, as for TTFT)."""
+        log = self.c.log
+        lo = bisect_left(log.arrival_s, now_s - window_s - TTFT_LOOKBACK_S)
+        hi = bisect_right(log.arrival_s, now_s)
+        fin = np.asarray(log.finish_s[lo:hi], dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            idx = np.nonzero((fin > now_s - window_s) & (fin <= now_s))[0]
+        if len(idx) == 0:
+            return Completions(requests=0.0)
+        arr = np.asarray(log.arrival_s[lo:hi], dtype=np.float64)[idx]
+        return Completions(requests=float(len(idx)), isl_mean=float(np.mean([log.isl[lo + i] for i in idx])),
+                           osl_mean=float(np.mean([log.osl[lo + i] for i in idx])),
+                           duration_s_mean=float(np.mean(fin[idx] - arr)))
+
     def read(self, window_s: float, now_s: float) -> Observation | NoData:
         c, log = self.c, self.c.log
         if now_s < window_s - 1e-9:
             return NoData(NoDataReason.EMPTY, f"less than one {window_s:g} s window since the replay began",
                           now_s)
         ttft, itl = self.latency(window_s, now_s)
+        done = self.completions(window_s, now_s)
         pools: dict[str, PoolObservation] = {}
         for pool in c.pools:
             if pool == "decode":
@@ -82,7 +122,8 @@ class SimMetricSource:
             else:  # the front pool's arrivals are the trace's (request id = arrival order)
                 reqs = range(bisect_right(log.arrival_s, now_s - window_s), bisect_right(log.arrival_s, now_s))
             n = len(reqs)
-            isl_mean = float(np.mean([log.isl[i] for i in reqs])) if n else None
+            lengths = np.fromiter((log.isl[i] for i in reqs), dtype=np.float64, count=n)
+            isl_mean = float(lengths.mean()) if n else None
             osl_mean = float(np.mean([log.osl[i] for i in reqs])) if n else None
             g = c.gauges(pool)
             kv = g["kv_usage"]
@@ -93,7 +134,8 @@ class SimMetricSource:
                 itl_ms_p50=itl[0] if itl else None, itl_ms_p95=itl[1] if itl else None,
                 itl_ms_mean=itl[2] if itl else None,
                 queue=float(g["queue"]), running=float(g["running"]),
-                kv_usage=None if math.isnan(kv) else float(kv), ready_replicas=int(g["ready"]))
+                kv_usage=None if math.isnan(kv) else float(kv), ready_replicas=int(g["ready"]), completed=done,
+                isl_buckets=prompt_buckets(lengths))
         return Observation(at_s=now_s, window_s=window_s, pools=pools)
 
 

@@ -8,7 +8,9 @@ Method (written into every report):
    joint attainment over the scored window and its GPU-hours. Nothing is accepted on an approximation.
 3. Seeds: the targets every policy of the run actually asked for (each seed replays to exactly that
    policy's result), plus a uniform raise of the best one when none reaches the SLA percentile. The
-   cheapest seed that reaches the percentile is the start.
+   cheapest seed that reaches the percentile is the start. Where even the pools' ceilings miss the
+   percentile (requests whose own prefill is longer than the TTFT target, which no number of replicas
+   serves in time), the target becomes the percentile among what the ceilings reach, and the report says so.
 4. Greedy trimming: cut the targets of the grid cells whose capacity no missed request needed (no miss of
    that pool's kind arrived while it was asked for or starting), by a share that halves after every
    rejected cut; a cut is kept only when the full simulation still meets the percentile and spends less.
@@ -21,16 +23,20 @@ bound below it (the lower bound in the same report is that).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from planner.config import Policy
+from planner.perf.engine import EngineModel
 from planner.profile import Profile
 from planner.sim.baselines.common import gpus_per_replica, make_decision
-from planner.sim.replay import Replay
-from planner.types import Decision, NoData, Observation, Reason
+from planner.sim.cluster import SimConfig
+from planner.sim.replay import Replay, replay
+from planner.sim.scoring import summarise
+from planner.sim.traces import RequestTrace
+from planner.types import Decision, Mode, NoData, Observation, Reason
 
 NAME = "offline"
 METHOD = ("greedy trim of the cheapest policy schedule meeting the SLA percentile (joint attainment over the "
@@ -38,6 +44,7 @@ METHOD = ("greedy trim of the cheapest policy schedule meeting the SLA percentil
           "{grid:g} s, {sims} simulations; an achievable schedule, not a lower bound")
 FIRST_CUT = 0.25  # share of a cell's replicas the first trim removes
 RAISE = 1.25  # uniform raise when no seed reaches the percentile
+Progress = Callable[[str, int], None]  # (what is being simulated, simulations so far)
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,8 @@ def plan_from_targets(ticks: Sequence[tuple[float, Mapping[str, int]]], initial:
 class PlanController:
     """Asks for the plan's targets at each grid time; reads nothing (it knows the future already)."""
 
+    observes = False  # the replay need not read metrics for it
+
     def __init__(self, policy: Policy, profile: Profile, plan: TargetPlan, name: str = NAME) -> None:
         self.name = name
         self.interval_s = plan.grid_s
@@ -103,7 +112,214 @@ class OfflineSchedule:
     simulations: int
     seeded_from: str
     method: str
+    target: float = 1.0  # the attainment it had to keep (the SLA percentile unless out of reach)
+    reachable: float = 1.0  # the attainment at the ceilings, when it was needed (1.0: not measured)
 
     def peak(self, from_s: float = 0.0) -> dict[str, int]:
         first = int(math.floor(from_s / self.plan.grid_s))
         return {p: int(v[first:].max() if len(v[first:]) else v.max()) for p, v in self.plan.targets.items()}
+
+
+# ------------------------------------------------------------------------------------------------ search
+@dataclass(frozen=True)
+class OfflineJob:
+    """What every candidate schedule is judged against (shared with worker processes)."""
+
+    trace: RequestTrace
+    profile: Profile
+    policy: Policy
+    config: SimConfig
+    window_s: float
+    warmup_s: float
+    reachable: float = 1.0  # the attainment the ceilings reach (< the percentile: the percentile is out of reach)
+
+    @property
+    def target(self) -> float:
+        """The SLA percentile, or, where no number of replicas reaches it (requests whose own prefill is longer
+        than the TTFT target), the percentile among the requests the ceilings can serve in time."""
+        q = self.policy.sla.percentile / 100.0
+        return q if self.reachable >= q else q * self.reachable
+
+    def floors(self) -> dict[str, int]:
+        return {p: self.policy.pool(p).min_replicas for p in self.policy.pool_names()}
+
+    def ceilings(self) -> dict[str, int]:
+        return {p: self.policy.pool(p).max_replicas for p in self.policy.pool_names()}
+
+
+def judge(job: OfflineJob, plan: TargetPlan) -> Judged:
+    """One continuous simulation of the whole replay under ``plan``, scored like every policy."""
+    controller = PlanController(job.policy, job.profile, plan)
+    rep = replay(job.trace, job.profile, controller, job.config, plan.at(0.0), window_s=job.window_s,
+                 score_from_s=job.warmup_s)
+    scores = summarise(rep, job.policy, job.trace.duration_s)
+    return Judged(plan, float(scores["attainment_joint"] or 0.0), float(scores["gpu_hours"]), rep)
+
+
+def needed_cells(job: OfflineJob, judged: Judged) -> dict[str, np.ndarray]:
+    """Per pool, the grid cells some missed request needed: asked for while it waited, or up to one start-up
+    before. TTFT misses point at the pool that prefills, ITL misses at the pool that decodes."""
+    plan, res = judged.plan, judged.replay.results
+    scored = res["arrival_s"] >= job.warmup_s
+    sla = job.policy.sla
+    ok = ~res["failed"]
+    with np.errstate(invalid="ignore"):
+        ttft_miss = scored & ~(ok & (res["ttft_s"] * 1e3 <= sla.ttft_ms)) & _servable(job)
+        itl_miss = scored & ~(ok & (res["itl_mean_s"] * 1e3 <= sla.itl_ms))
+    pools = job.policy.pool_names()
+    front, back = (pools[0], pools[-1])
+    lead = job.config.startup_s + plan.grid_s
+    out: dict[str, np.ndarray] = {p: np.zeros(plan.cells, dtype=bool) for p in pools}
+    for pool, miss, end in ((front, ttft_miss, res["arrival_s"] + res["ttft_s"]),
+                            (back, itl_miss, res["finish_s"])):
+        start = res["arrival_s"][miss] - lead
+        stop = np.where(np.isfinite(end[miss]), end[miss], res["arrival_s"][miss] + sla.ttft_ms / 1e3)
+        lo = np.clip(np.floor(start / plan.grid_s), 0, plan.cells - 1).astype(np.int64)
+        hi = np.clip(np.floor(stop / plan.grid_s), 0, plan.cells - 1).astype(np.int64)
+        marks = np.zeros(plan.cells + 1, dtype=np.int64)
+        np.add.at(marks, lo, 1)
+        np.add.at(marks, hi + 1, -1)
+        out[pool] |= np.cumsum(marks[:-1]) > 0
+    return out
+
+
+def _servable(job: OfflineJob) -> np.ndarray:
+    """Per request: whether its own prefill fits the TTFT target at all (a miss of one that does not says
+    nothing about capacity: no number of replicas would have served it in time)."""
+    prof, cfg = job.profile, job.config
+    dtp = cfg.decode_tp or prof.selected_tp("decode")
+    ptp = dtp if job.policy.mode is Mode.AGGREGATED and any(s.tp == dtp for s in prof.prefill) else (
+        cfg.prefill_tp or prof.selected_tp("prefill"))  # an aggregated replica prefills at the decode TP
+    engine = EngineModel(prof.prefill_curve(ptp), prof.decode_curve(dtp), cfg.chunk_tokens)
+    lengths, where = np.unique(job.trace.isl, return_inverse=True)
+    own_s = np.array([engine.prefill_s(float(x)) for x in lengths])
+    return (own_s * 1e3 <= job.policy.sla.ttft_ms)[where]
+
+
+def trimmed(plan: TargetPlan, needed: Mapping[str, np.ndarray], floors: Mapping[str, int], share: float,
+            first_cell: int) -> TargetPlan:
+    """The plan with every cell no miss needed cut by ``share`` of its replicas (at least one, never below
+    the floor); cells before ``first_cell`` (the warm-up) are left alone."""
+    out = {}
+    for pool, v in plan.targets.items():
+        cut = np.maximum(1, np.floor(v * share)).astype(np.int64)
+        free = ~needed[pool]
+        free[:first_cell] = False
+        out[pool] = np.where(free, np.maximum(floors[pool], v - cut), v)
+    return TargetPlan(plan.grid_s, out)
+
+
+def raised(plan: TargetPlan, ceilings: Mapping[str, int]) -> TargetPlan:
+    return TargetPlan(plan.grid_s, {p: np.minimum(ceilings[p], np.ceil(v * RAISE).astype(np.int64))
+                                    for p, v in plan.targets.items()})
+
+
+def _best_seed(job: OfflineJob, seeds: Mapping[str, TargetPlan], progress: Progress | None
+               ) -> tuple[OfflineJob, Judged, str, int]:
+    """The cheapest seed that meets the target (raising the best one uniformly when none does). When no seed
+    meets the percentile, the ceilings are simulated once: if they miss it too, the target becomes the
+    percentile among what they reach (job.reachable), and the search goes on from there."""
+    sims = 0
+    judged: dict[str, Judged] = {}
+    for name, plan in seeds.items():
+        judged[name] = judge(job, plan)
+        sims += 1
+        if progress:
+            progress(f"seed {name}", sims)
+    if not any(j.attainment >= job.target for j in judged.values()):
+        top = next(iter(seeds.values()))
+        ceilings = TargetPlan(top.grid_s, {p: np.full(top.cells, c, dtype=np.int64) for p, c in job.ceilings().items()})
+        judged["ceilings"], sims = judge(job, ceilings), sims + 1
+        job = replace(job, reachable=judged["ceilings"].attainment)
+    feasible = {n: j for n, j in judged.items() if j.attainment >= job.target}
+    if feasible:
+        name = min(feasible, key=lambda n: (feasible[n].gpu_hours, n))
+        return job, feasible[name], name, sims
+    name = max(judged, key=lambda n: (judged[n].attainment, -judged[n].gpu_hours))
+    best = judged[name]
+    while best.attainment < job.target:
+        more = raised(best.plan, job.ceilings())
+        if _same(more, best.plan):
+            break  # at the ceilings
+        best, sims = judge(job, more), sims + 1
+        name = f"{name} raised"
+        if progress:
+            progress(name, sims)
+    return job, best, name, sims
+
+
+_JOB: OfflineJob | None = None  # the job in a worker process (set once by the pool's initializer)
+
+
+def _init_worker(job: OfflineJob) -> None:
+    global _JOB
+    _JOB = job
+
+
+def _judge_in_worker(plan: TargetPlan) -> Judged:
+    assert _JOB is not None
+    return judge(_JOB, plan)
+
+
+class _Judge:
+    """Judges candidates one at a time, or several at once on worker processes (fork: the trace is shared)."""
+
+    def __init__(self, job: OfflineJob, workers: int) -> None:
+        self.job = job
+        self.pool = None
+        if workers > 1:
+            import multiprocessing as mp
+
+            self.pool = mp.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(job,))
+
+    def many(self, plans: Sequence[TargetPlan]) -> list[Judged]:
+        if self.pool is None or len(plans) < 2:
+            return [judge(self.job, plan) for plan in plans]
+        return list(self.pool.map(_judge_in_worker, plans))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+
+
+def offline_schedule(job: OfflineJob, seeds: Mapping[str, TargetPlan], max_simulations: int = 24,
+                     progress: Progress | None = None, workers: int = 1) -> OfflineSchedule:
+    """Seeds -> the cheapest that meets the percentile -> greedy trimming, every step a full simulation.
+
+    With ``workers`` > 1 each round judges that many cuts at once (the current share, half of it, ...) and
+    keeps the deepest one accepted."""
+    job, best, seeded_from, sims = _best_seed(job, seeds, progress)
+    first_cell = int(math.ceil(job.warmup_s / best.plan.grid_s))
+    share = FIRST_CUT
+    needed = needed_cells(job, best)
+    judges = _Judge(job, max(1, workers))
+    try:
+        while sims < max_simulations and best.attainment >= job.target:
+            shares = [share / 2 ** i for i in range(max(1, min(workers, max_simulations - sims)))]
+            plans = [trimmed(best.plan, needed, job.floors(), x, first_cell) for x in shares]
+            fresh = [(x, p) for x, p in zip(shares, plans, strict=True) if not _same(p, best.plan)]
+            if not fresh:
+                break  # every cell is needed or at its floor
+            results = judges.many([p for _, p in fresh])
+            sims += len(fresh)
+            if progress:
+                progress(f"trim {share:.3f}", sims)
+            kept = [(x, r) for (x, _), r in zip(fresh, results, strict=True)
+                    if r.attainment >= job.target and r.gpu_hours < best.gpu_hours]
+            if kept:
+                share, best = kept[0]  # the deepest cut that still meets the percentile
+                needed = needed_cells(job, best)
+            elif shares[-1] * max(int(v.max()) for v in best.plan.targets.values()) < 1.0:
+                break  # even one replica per cell is too much to cut at once
+            else:
+                share = shares[-1] / 2.0
+    finally:
+        judges.close()
+    method = METHOD.format(grid=best.plan.grid_s, sims=sims)
+    return OfflineSchedule(best.plan, best.replay, best.attainment, best.gpu_hours, sims, seeded_from, method,
+                           job.target, job.reachable)
+
+
+def _same(a: TargetPlan, b: TargetPlan) -> bool:
+    return all(np.array_equal(a.targets[p], b.targets[p]) for p in a.targets)

@@ -18,7 +18,7 @@ from planner.profile import Profile
 from planner.sim.cluster import Cluster, SimConfig
 from planner.sim.metrics import SimActuator, SimMetricSource
 from planner.sim.traces import RequestTrace
-from planner.types import Controller, Decision
+from planner.types import Controller, Decision, NoData, NoDataReason
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
             timeline.append(_sample(cluster, source, t, sample_s))
             next_sample += sample_s
         if t == next_tick:
-            obs = source.read(window_s, t)
+            # A controller that reads nothing (a schedule known in advance) skips the metrics read.
+            obs = source.read(window_s, t) if getattr(controller, "observes", True) else _UNREAD
             decision = controller.tick(obs, t)
             decisions.append(decision)
             tg = decision.targets()
@@ -78,6 +79,9 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
         progress(last_arrival)
     return Replay(controller.name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets,
                   cluster.failed_count, decisions, score_from_s)
+
+
+_UNREAD = NoData(NoDataReason.EMPTY, "not read: the controller follows a schedule", 0.0)
 
 
 def _sample(cluster: Cluster, source: SimMetricSource, t: float, window_s: float) -> dict[str, float]:

@@ -35,27 +35,47 @@ def render_markdown(report: dict) -> str:
         f"Simulation: {report['sim']['mode']}, start-up {report['sim']['startup_s']:g} s, "
         f"{'kill' if report['sim']['kill'] else 'drain'} on scale-down, planner = {report['sim']['planner']}.", "",
         "| policy | attain TTFT | attain ITL | joint | violations | TTFT p50/p95/p99 ms | ITL p50/p95/p99 ms | "
-        "GPU-h | GPU-h / oracle | scale events | dir. changes/h | failed |",
+        "GPU-h | GPU-h / offline | scale events | dir. changes/h | failed |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    oracle_h = report["policies"].get("oracle", {}).get("gpu_hours")
-    for name, p in report["policies"].items():
-        joint = p["attainment_joint"]
-        violations = round(p["requests"] * (1.0 - joint)) if joint is not None else None
-        ratio = p["gpu_hours"] / oracle_h if oracle_h else None
-        tt, it = p["ttft_ms"], p["itl_ms"]
-        lines.append(
-            f"| {name} | {_fmt(p['attainment_ttft'], '.2%')} | {_fmt(p['attainment_itl'], '.2%')} | "
-            f"{_fmt(joint, '.2%')} | {_fmt(violations, ',')} | {_fmt(tt['p50'], '.0f')} / {_fmt(tt['p95'], '.0f')} / "
-            f"{_fmt(tt['p99'], '.0f')} | {_fmt(it['p50'], '.1f')} / {_fmt(it['p95'], '.1f')} / {_fmt(it['p99'], '.1f')} | "
-            f"{_fmt(p['gpu_hours'], '.2f')} | {_fmt(ratio, '.2f')} | {p['scale_events']} | {_fmt(p['direction_changes_per_hour'], '.1f')} | "
-            f"{p['failed_requests']} |")
-    if "oracle" in report:
-        o = report["oracle"]
-        lines += ["", f"Oracle ({o['simulations']} sub-simulations, {o['simulated_requests']:,} simulated requests, "
-                  f"{o.get('infeasible_intervals', 0)} intervals infeasible within the ceilings): {o['method']}"]
+    ref = report.get("references", {})
+    off = ref.get("offline")
+    off_h = off["gpu_hours"] if off else None
+    rows = [*report["policies"].items(), *((("offline schedule (reference)", off),) if off else ())]
+    for name, p in rows:
+        lines.append(_policy_row(name, p, off_h))
+    lines += _references_md(report)
     lines += ["", "Plots: load.png, replicas.png, latency.png. Per-interval records: timeline.csv.", ""]
     return "\n".join(lines)
+
+
+def _policy_row(name: str, p: dict, off_h: float | None) -> str:
+    joint = p["attainment_joint"]
+    violations = round(p["requests"] * (1.0 - joint)) if joint is not None else None
+    ratio = p["gpu_hours"] / off_h if off_h else None
+    tt, it = p["ttft_ms"], p["itl_ms"]
+    return (f"| {name} | {_fmt(p['attainment_ttft'], '.2%')} | {_fmt(p['attainment_itl'], '.2%')} | "
+            f"{_fmt(joint, '.2%')} | {_fmt(violations, ',')} | {_fmt(tt['p50'], '.0f')} / {_fmt(tt['p95'], '.0f')} / "
+            f"{_fmt(tt['p99'], '.0f')} | {_fmt(it['p50'], '.1f')} / {_fmt(it['p95'], '.1f')} / {_fmt(it['p99'], '.1f')} | "
+            f"{_fmt(p['gpu_hours'], '.2f')} | {_fmt(ratio, '.2f')} | {p['scale_events']} | "
+            f"{_fmt(p['direction_changes_per_hour'], '.1f')} | {p['failed_requests']} |")
+
+
+def _references_md(report: dict) -> list[str]:
+    ref = report.get("references")
+    if not ref:
+        return []
+    lb, off, checks = ref["lower_bound"], ref["offline"], report.get("checks", {})
+    out = ["", f"**Lower bound** ({lb['gpu_hours']:.2f} GPU-h; no policy can meet the SLA for less): {lb['method']}",
+           f"{lb['infeasible_requests']:,} requests cannot meet the SLA on any number of replicas.", "",
+           f"**Offline schedule** ({off['gpu_hours']:.2f} GPU-h at {off['attainment_joint']:.2%}, seeded from "
+           f"{off['seeded_from']}, {off['simulations']} full simulations): {off['method']}"]
+    if not checks.get("lower_bound_le_offline", True):
+        out += ["", "**BROKEN YARDSTICK: the lower bound is above the offline schedule.**"]
+    if checks.get("policies_dominating_offline"):
+        out += ["", "**BROKEN YARDSTICK: " + ", ".join(checks["policies_dominating_offline"]) + " spend less than "
+                "the offline schedule and attain at least as much.**"]
+    return out
 
 
 def _save(fig: Any, path: Path) -> Path:

@@ -5,9 +5,10 @@ one line there (CONTRIBUTING.md).
 """
 
 from planner.sim.baselines.common import budget_clamp, clamp_pool, gpus_per_replica, make_decision
-from planner.sim.baselines.dynamo_sla import DynamoSLAController
+from planner.sim.baselines.dynamo_load import DynamoLoadController
+from planner.sim.baselines.dynamo_throughput import DynamoThroughputController
 from planner.sim.baselines.reactive import ReactiveController
 from planner.sim.baselines.static import StaticController
 
-__all__ = ["DynamoSLAController", "ReactiveController", "StaticController", "budget_clamp", "clamp_pool",
-           "gpus_per_replica", "make_decision"]
+__all__ = ["DynamoLoadController", "DynamoThroughputController", "ReactiveController", "StaticController",
+           "budget_clamp", "clamp_pool", "gpus_per_replica", "make_decision"]

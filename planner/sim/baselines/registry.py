@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from planner.config import Policy
 from planner.controller import initial_state
 from planner.profile import Profile
-from planner.sim.baselines.dynamo_sla import DynamoSLAController
+from planner.sim.baselines.dynamo_load import DynamoLoadController
+from planner.sim.baselines.dynamo_throughput import DynamoThroughputController
 from planner.sim.baselines.reactive import ReactiveController
 from planner.sim.baselines.static import StaticController
 from planner.sim.clairvoyant import clairvoyant_planner
-from planner.sim.oracle import OracleController, OracleSchedule
+from planner.sim.offline import OfflineSchedule
 from planner.sim.traces import RequestTrace
 from planner.types import Controller
 
@@ -29,7 +30,7 @@ class BaselineContext:
     profile: Profile
     trace: RequestTrace
     initial: dict[str, int]  # replicas per pool when the replay starts
-    schedule: OracleSchedule | None  # the offline schedule, when a baseline that needs it is run
+    schedule: OfflineSchedule | None  # the offline schedule, for baselines built from it (after it)
     warmup_s: float
     startup_s: float
     dynamo_predictor: str
@@ -44,7 +45,7 @@ class Baseline:
     name: str
     help: str
     build: Callable[[BaselineContext], Controller]
-    needs_schedule: bool = False  # built from the offline schedule (computed once for all that need it)
+    needs_schedule: bool = False  # built from the offline schedule, so run after it
     # The metrics window it reads: the policy's, or (Dynamo) one as long as its own adjustment interval.
     window_is_interval: bool = False
 
@@ -66,23 +67,32 @@ def _static(ctx: BaselineContext) -> Controller:
     return StaticController(ctx.policy, ctx.profile, ctx.schedule.peak(ctx.warmup_s))
 
 
-def _oracle(ctx: BaselineContext) -> Controller:
-    assert ctx.schedule is not None
-    return OracleController(ctx.policy, ctx.profile, ctx.schedule, ctx.startup_s)
+def _dynamo_throughput(ctx: BaselineContext) -> Controller:
+    return DynamoThroughputController(ctx.policy, ctx.profile, ctx.initial, predictor=ctx.dynamo_predictor)
 
 
 REGISTRY: dict[str, Baseline] = {b.name: b for b in (
-    Baseline("static", "the oracle's peak, held all along", _static, needs_schedule=True,
+    Baseline("static", "the offline schedule's peak, held all along", _static, needs_schedule=True,
              starts_at_own_targets=True),
     Baseline("reactive", "HPA/KEDA-style thresholds with HPA's default behaviour",
              lambda c: ReactiveController(c.policy, c.profile, c.initial)),
-    Baseline("dynamo-sla", "NVIDIA Dynamo's SLA planner (throughput mode)",
-             lambda c: DynamoSLAController(c.policy, c.profile, c.initial, predictor=c.dynamo_predictor),
+    Baseline("dynamo-throughput", "NVIDIA Dynamo's SLA planner, throughput-based mode (completed requests, "
+             "Little's-law decode concurrency, --dynamo-predictor)", _dynamo_throughput, window_is_interval=True),
+    Baseline("dynamo-load", "NVIDIA Dynamo's SLA planner, load-based mode (+-1 replica from online TTFT/ITL "
+             "regressions every 5 s)", lambda c: DynamoLoadController(c.policy, c.profile, c.initial),
              window_is_interval=True),
-    Baseline("oracle", "knows the future: per-interval sizes found by simulation", _oracle, needs_schedule=True),
+    # Deprecated for one release: the same controller as dynamo-throughput, reported under that name.
+    Baseline("dynamo-sla", "deprecated alias of dynamo-throughput (reported as dynamo-throughput)",
+             _dynamo_throughput, window_is_interval=True),
     Baseline("clairvoyant", "planner+perfect-forecast: the planner's decide() fed the true future load",
              lambda c: clairvoyant_planner(c.policy, c.profile, c.trace, c.window_s, initial_state(c.initial))),
 )}
+
+
+# What `planner backtest` runs when --baselines is not given.
+DEFAULT_BASELINES = ("static", "reactive", "dynamo-throughput", "dynamo-load", "clairvoyant")
+# Accepted by --baselines for one release: the references (lower bound, offline schedule) are in every report.
+REFERENCE_ALIASES = ("oracle", "offline")
 
 
 def names() -> tuple[str, ...]:
