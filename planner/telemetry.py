@@ -17,7 +17,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from planner.signals import SignalStatus
 from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason
 
-ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + ("forecast", "decide", "actuate", "internal")
+# leader: the Lease cannot be taken or renewed (403, unreachable) or a write was refused because it may have
+# expired; seed: the targets' spec.replicas could not be read before the first decision; event: a Kubernetes
+# Event could not be created.
+ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + (
+    "forecast", "decide", "actuate", "leader", "seed", "event", "internal")
 REPLICA_STATES = ("starting", "ready", "draining")
 ENGINE_EVENTS = ("launched", "ready", "start_timeout", "start_failed", "crashed", "port_taken", "no_free_port",
                  "drained", "drain_timeout", "killed")
@@ -82,6 +86,10 @@ class PlannerMetrics:
         self.engine_events = Counter("planner_engine_events", "Process actuator events by kind (launched, ready, "
                                      "start_timeout, start_failed, crashed, port_taken, ...).", [*pp, "event"],
                                      registry=r)
+        self.leader = Gauge("planner_leader", "1 while this controller holds the Lease and acts, 0 while it "
+                            "stands by (absent without --leader-elect).", ["policy"], registry=r)
+        self.actuation_conflicts = Counter("planner_actuation_conflicts", "Scale writes answered 409 Conflict "
+                                           "(re-read before writing again).", pp, registry=r)
 
     def family_names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.registry.collect())

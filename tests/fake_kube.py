@@ -23,6 +23,11 @@ Implemented faithfully enough to exercise the client's real request/response pat
 
 Every request is logged in ``requests`` as (method, path) so tests can assert that nothing was written; the
 query string of the latest request is in ``query``.
+
+Also ``core/v1`` Event POST (``events``: what the planner recorded on its targets), and injectable faults
+(``inject``): any status (409, 403, 404, 500, 503 ...) or a delay (a slow or hung API server that accepts
+connections and never answers in time) on the requests a method and path pattern match, a given number of
+times or every time, with an optional hook (a test advances its fake clock while the server "hangs").
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import copy
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +46,7 @@ from urllib.parse import parse_qs, urlsplit
 SCALE_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/"
                         r"(?P<plural>[^/]+)/(?P<name>[^/]+)/scale$")
 LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases(?:/(?P<name>[^/]+))?$")
+EVENTS_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 OBJECT_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
                          r"(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")
 VERB = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create", "DELETE": "delete"}
@@ -235,6 +242,28 @@ class CustomObjects:
 
 
 @dataclass
+class Fault:
+    """Requests matching ``method`` (None: any) and ``path`` (a regex searched in the path) wait ``delay_s``,
+    then answer ``status`` (None: the normal answer); ``times`` of them (None: all)."""
+
+    method: str | None = None
+    path: str = ""
+    status: int | None = None
+    delay_s: float = 0.0
+    times: int | None = None
+    hook: Callable[[], None] | None = None
+    fired: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        return ((self.method is None or self.method == method) and re.search(self.path, path) is not None
+                and (self.times is None or self.fired < self.times))
+
+
+REASONS = {403: "Forbidden", 404: "NotFound", 409: "Conflict", 422: "Invalid", 429: "TooManyRequests",
+           500: "InternalError", 502: "BadGateway", 503: "ServiceUnavailable", 504: "Timeout"}
+
+
+@dataclass
 class FakeKube(CustomObjects):
     """The fake cluster state plus the HTTP server in front of it."""
 
@@ -248,6 +277,8 @@ class FakeKube(CustomObjects):
     on_delete: Any = None  # called as on_delete(plural, manifest) under the lock
     requests: list[tuple[str, str]] = field(default_factory=list)
     conflicts_to_inject: int = 0  # the next N writes to a scale answer 409 after bumping the object (a race)
+    faults: list[Fault] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # core/v1 Events created, in order
     revision: int = 100
     lock: threading.Lock = field(default_factory=threading.Lock)
     kinds: dict[tuple[str, str], Kind] = field(default_factory=dict)  # (group, plural) -> Kind
@@ -291,6 +322,23 @@ class FakeKube(CustomObjects):
     def writes(self) -> list[tuple[str, str]]:
         return [r for r in self.requests if r[0] in ("PUT", "PATCH", "POST", "DELETE")]
 
+    def scale_writes(self) -> list[tuple[str, str]]:
+        return [r for r in self.writes() if r[1].endswith("/scale")]
+
+    def inject(self, method: str | None = None, path: str = "", status: int | None = None, delay_s: float = 0.0,
+               times: int | None = None, hook: Callable[[], None] | None = None) -> Fault:
+        fault = Fault(method, path, status, delay_s, times, hook)
+        with self.lock:
+            self.faults.append(fault)
+        return fault
+
+    def _fault(self, method: str, path: str) -> Fault | None:
+        with self.lock:
+            fault = next((f for f in self.faults if f.matches(method, path)), None)
+            if fault is not None:
+                fault.fired += 1
+            return fault
+
     # ------------------------------------------------------------------------------------------ server
     def start(self) -> FakeKube:
         outer = self
@@ -315,12 +363,30 @@ class FakeKube(CustomObjects):
             def _handle(self) -> None:
                 path = self.path.split("?", 1)[0]
                 body = self._body() if self.command in ("PUT", "PATCH", "POST", "DELETE") else None
+                fault = outer._fault(self.command, path)
+                if fault is not None:
+                    if fault.hook is not None:
+                        fault.hook()
+                    if fault.delay_s:
+                        time.sleep(fault.delay_s)
+                    if fault.status is not None:
+                        with outer.lock:
+                            outer.requests.append((self.command, path))
+                        reason = REASONS.get(fault.status, "InternalError")
+                        try:
+                            self._send(*status_body(fault.status, reason, f"injected fault: {reason}"))
+                        except OSError:
+                            pass  # the client gave up waiting
+                        return
                 with outer.lock:
                     outer.requests.append((self.command, path))
                     outer.query = parse_qs(urlsplit(self.path).query)
                     status, reply = outer.dispatch(self.command, path, body,
                                                    self.headers.get("Content-Type", ""))
-                self._send(status, reply)
+                try:
+                    self._send(status, reply)
+                except OSError:
+                    pass  # the client gave up waiting (a delayed answer)
 
             do_GET = do_PUT = do_PATCH = do_POST = do_DELETE = _handle  # noqa: N815
 
@@ -336,10 +402,13 @@ class FakeKube(CustomObjects):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def api_client(self) -> Any:
+    def api_client(self, retries: int | None = None) -> Any:
+        """``retries``: urllib3 retries (None: the client's default, as the official client ships)."""
         from kubernetes import client
 
         cfg = client.Configuration(host=self.url)
+        if retries is not None:
+            cfg.retries = retries
         return client.ApiClient(cfg)
 
     def stop(self) -> None:
@@ -357,6 +426,9 @@ class FakeKube(CustomObjects):
         m = LEASE_PATH.match(path)
         if m:
             return self._lease(method, m["ns"], m["name"], body)
+        m = EVENTS_PATH.match(path)
+        if m:
+            return self._event(method, m["ns"], body)
         m = OBJECT_PATH.match(path)
         if m and (m["group"], m["plural"]) in self.kinds and self.kinds[(m["group"], m["plural"])].version == m["version"]:
             return self._custom(method, self.kinds[(m["group"], m["plural"])], m["ns"], m["name"],
@@ -437,6 +509,20 @@ class FakeKube(CustomObjects):
                                    "latest version and try again", {"name": name, "kind": "leases"})
             return 200, self._store_lease(ns, name, body)
         return status_body(405, "MethodNotAllowed", f"method {method} not allowed")
+
+    def _event(self, method: str, ns: str, body: Any) -> tuple[int, dict]:
+        if method != "POST":
+            return status_body(405, "MethodNotAllowed", "only create is implemented by the fake")
+        if ("events", "create") in self.forbidden:
+            return status_body(403, "Forbidden", f'events is forbidden: User "system:serviceaccount:{ns}:planner" '
+                               f'cannot create resource "events" in API group "" in the namespace "{ns}"')
+        meta = (body or {}).get("metadata") or {}
+        if not meta.get("name") or not (body or {}).get("involvedObject"):
+            return status_body(422, "Invalid", "Event is invalid: metadata.name, involvedObject: Required value")
+        self.revision += 1
+        stored = {**body, "metadata": {**meta, "namespace": ns, "resourceVersion": str(self.revision)}}
+        self.events.append(stored)
+        return 201, stored
 
     def _store_lease(self, ns: str, name: str, body: dict) -> dict:
         self.revision += 1

@@ -55,7 +55,8 @@ def test_recovers_the_emulated_profile_within_10_percent(emulator: EmulatorProce
     assert abs(errors[worst]) <= TOLERANCE, f"worst {worst}: {errors[worst]:+.1%}; all: {errors}"
     prov = measured.provenance
     assert prov.backend == "endpoint" and prov.software["tp"] == "1" and prov.software["served_model"] == "qwen3-32b"
-    assert prov.software["max_model_len"] == "32768" and prov.software["prompts"] == "text"
+    # The emulator takes prompts as token ids, as vLLM does: the probe finds it and uses them.
+    assert prov.software["max_model_len"] == "32768" and prov.software["prompts"] == "token-ids"
     assert "server version not exposed" in prov.notes
     assert measured.selection is not None and measured.decode[0].max_batch == 16
 

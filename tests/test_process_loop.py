@@ -88,9 +88,9 @@ def test_a_prometheus_restart_holds_the_pools_says_so_once_and_resumes(tmp_path:
         assert all(t.error is None for t in held)  # held, not failed: the loop kept ticking
         assert loop.ready("aggregated") == serving  # not one engine was touched
         messages = [r.getMessage() for r in caplog.records]
-        down = [m for m in messages if "no data from the metrics source" in m]
-        back = [m for m in messages if "metrics source answers again" in m]
-        assert len(down) == 1 and "unreachable" in down[0] and "holding every pool" in down[0]
+        down = [m for m in messages if "holding: no scale-down until it answers" in m]
+        back = [m for m in messages if "answering again after" in m]
+        assert len(down) == 1 and "unreachable" in down[0]
         assert len(back) == 1
         assert isinstance(loop.ticks[-1].observation, Observation)
         load.stop()
