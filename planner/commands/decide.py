@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         from planner.commands.render import render_plan
         from planner.config import load_policy
         from planner.decide.serialize import decision_dict
-        from planner.decide.whatif import plan
+        from planner.decide.whatif import plan, sla_misses
         from planner.profile import load_profile
 
         _check("--rate-rps", rate_rps, allow_zero=True)
@@ -48,3 +48,7 @@ def register(app: typer.Typer) -> None:
             pools = [n for n, p in decision.pools.items() if Reason.SLA_INFEASIBLE in p.reasons]
             raise InfeasibleError(f"the SLA cannot be met for {', '.join(pools)} at this load with this profile "
                                   f"(TTFT {pol.sla.ttft_ms:g} ms, ITL {pol.sla.itl_ms:g} ms)")
+        misses = sla_misses(pol, decision)
+        if misses:  # a plan that cannot meet the SLA within the policy's limits is not a success
+            raise InfeasibleError("the SLA is missed within the policy's limits: "
+                                  + "; ".join(m.describe(pol) for m in misses))

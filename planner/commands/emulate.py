@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from planner.commands.guards import check_port_free
 from planner.errors import UserError
 from planner.types import Pool
 
@@ -41,6 +42,7 @@ def register(app: typer.Typer) -> None:
         if max_model_len < 1:
             raise UserError(f"--max-model-len {max_model_len}: must be >= 1")
         prof = load_profile(profile)
+        check_port_free("--port", host, port)
         try:
             model = engine_model_for(prof, role)
         except KeyError as exc:

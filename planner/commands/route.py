@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from planner.commands.guards import check_port_free
 from planner.errors import UserError
 
 
@@ -41,6 +42,7 @@ def register(app: typer.Typer) -> None:
         if pol.actuator.kind != "process":
             raise UserError(f"{policy}: key 'actuator.kind' = {pol.actuator.kind!r}: `planner route` serves the "
                             "replicas of actuator kind process (it reads their targets.json)")
+        check_port_free("--port", host, port)
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         targets = targets_path(state_dir_of(pol))
         app_ = create_router_app(targets, pol.mode, read_timeout_s=read_timeout_s)

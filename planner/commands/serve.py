@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from planner.commands.guards import check_port_free
 from planner.errors import UserError
 
 
@@ -37,6 +38,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--workers {workers}: must be in 1..64")
         if not poll_s > 0:
             raise UserError(f"--poll-s {poll_s:g}: must be > 0")
+        check_port_free("--port", host, port)
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             server = ProfileServer(ServeOptions(results_dir, host, port, workers, watch_namespace, poll_s))

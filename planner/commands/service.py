@@ -11,7 +11,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from planner.commands.guards import check_port_free
 from planner.errors import UserError
 
 
@@ -26,6 +28,9 @@ def _check_args(log_level: str, log_format: str, ports: dict[str, int]) -> int:
     for flag, value in ports.items():
         if not 0 <= value < 65536:
             raise UserError(f"{flag} {value}: must be in 0..65535")
+    busy = [flag for flag, value in ports.items() if value and list(ports.values()).count(value) > 1]
+    if busy:
+        raise UserError(f"{busy[1]} {ports[busy[1]]}: the same port as {busy[0]}; give each its own")
     return level
 
 
@@ -80,17 +85,33 @@ def register(app: typer.Typer) -> None:
                           lease_namespace=lease_namespace, identity=identity, more_policies=tuple(policy[1:]),
                           api_token=token)
         if not once:
+            check_port_free("--port", host, port)
+            check_port_free("--grpc-port", host, grpc_port)
             serve(opts)
             return
-        results = [_tick_once(loop) for loop in build_loops(opts)]
-        out = [tick_json(r) for r in results]
-        Console().print_json(json.dumps(out[0] if len(out) == 1 else out))
-        failed = [r for r in results if r.error or not r.leader]
-        for r in failed:
-            why = r.error or "not the leader: another candidate holds the Lease"
-            Console(stderr=True, highlight=False).print(f"[bold red]not applied:[/] {why}", soft_wrap=True)
-        if failed:
-            raise typer.Exit(1)
+        _report_once([_tick_once(loop) for loop in build_loops(opts)])
+
+
+def _report_once(results: list) -> None:  # list[service.loop.TickResult]
+    """Print the tick(s) as JSON; exit 1 when something could not be applied, 3 when there was no data
+    (as `planner observe` does), 0 otherwise."""
+    from planner.types import NoData
+
+    out = [tick_json(r) for r in results]
+    Console().print_json(json.dumps(out[0] if len(out) == 1 else out))
+    err = Console(stderr=True, highlight=False)
+    failed = [r for r in results if r.error or not r.leader]
+    for r in failed:
+        why = r.error or "not the leader: another candidate holds the Lease"
+        err.print(f"[bold red]not applied:[/] {escape(why)}", soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
+    no_data = [r.observation for r in results if isinstance(r.observation, NoData)]
+    for obs in no_data:
+        err.print(f"[bold yellow]no data:[/] {obs.reason.value}: {escape(obs.detail)}; every pool held",
+                  soft_wrap=True)
+    if no_data:
+        raise typer.Exit(3)
 
 
 def _tick_once(loop):  # noqa: ANN001, ANN202 - service.loop.ControlLoop, TickResult

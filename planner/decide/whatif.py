@@ -7,11 +7,14 @@ that steady load size the pools alike except for behaviour: a what-if has nothin
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from planner.config import Behavior, Policy, ScalingRules
 from planner.decide.decider import decide
 from planner.decide.spec import DeciderSpec
 from planner.profile import Profile
-from planner.types import QUANTILES, Decision, Forecast, LoadForecast, Observation, PoolObservation
+from planner.types import QUANTILES, Decision, Forecast, LoadForecast, Observation, PoolObservation, Reason
 
 
 def what_if_policy(policy: Policy) -> Policy:
@@ -35,3 +38,43 @@ def plan(policy: Policy, profile: Profile, rate_rps: float, isl: float, osl: flo
     forecast = LoadForecast(flat_forecast(rate_rps, horizon), flat_forecast(isl, horizon), flat_forecast(osl, horizon))
     decision, _ = decide(DeciderSpec.build(policy, profile), obs, forecast, None, 0.0)
     return decision
+
+
+@dataclass(frozen=True)
+class SlaMiss:
+    """A pool held below what the SLA asks by its ceiling or the GPU budget, and what that costs."""
+
+    pool: str
+    signal: str  # "ttft" | "itl"
+    predicted_ms: float | None  # None: unbounded, the pool is over capacity and its queue grows
+    target_ms: float
+    replicas: int
+    needed: int  # replicas the SLA model asked for
+    capped_by: str  # "ceiling" | "budget"
+
+    def describe(self, policy: Policy) -> str:
+        predicted = ("unbounded: queue grows" if self.predicted_ms is None
+                     else f"{self.predicted_ms:,.1f} ms")
+        limit = (f"its ceiling (pools.{self.pool}.max_replicas)" if self.capped_by == Reason.CEILING
+                 else f"the GPU budget (budget.max_gpus {policy.budget.max_gpus})")
+        return (f"{self.pool}: {self.needed} replicas needed, {self.replicas} allowed by {limit}; predicted "
+                f"{self.signal.upper()} p{policy.sla.percentile:g} at {self.replicas}: {predicted} "
+                f"(target {self.target_ms:g} ms)")
+
+
+def sla_misses(policy: Policy, decision: Decision) -> list[SlaMiss]:
+    """Each pool that a ceiling or the budget holds below its SLA size and whose predicted latency at the
+    capped size misses the target (a pool capped but still within the SLA is no miss)."""
+    mode = policy.mode
+    misses = []
+    for name, pd in decision.pools.items():
+        cap = next((r for r in (Reason.BUDGET, Reason.CEILING) if r in pd.reasons), None)
+        if cap is None or pd.replicas >= math.ceil(pd.desired_unclamped - 1e-9):
+            continue
+        checks = [("ttft", pd.predicted_ttft_ms, policy.sla.ttft_ms, name == mode.ttft_pool),
+                  ("itl", pd.predicted_itl_ms, policy.sla.itl_ms, name == mode.itl_pool)]
+        for signal, predicted, target, sets_it in checks:
+            if sets_it and (predicted is None or predicted > target):
+                misses.append(SlaMiss(name, signal, predicted, target, pd.replicas,
+                                      math.ceil(pd.desired_unclamped - 1e-9), cap.value))
+    return misses

@@ -1,0 +1,238 @@
+"""A user's mistake at the command line is one line and an exit code, never a traceback (README: exit codes).
+
+The same cases run through the three ways in: ``planner.cli.run`` (what ``main`` calls), typer's CliRunner on
+the app, and a real ``python -m planner.cli`` subprocess.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from planner.cli import OUTPUT_PARAMS, app, click_kind, run
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "policies" / "example.yaml"
+PROFILE = REPO / "profiles" / "h200" / "qwen3-32b.json"
+
+USAGE_ERRORS = [
+    ("unknown-command", ["nosuch"], "nosuch"),
+    ("unknown-flag", ["plan", "--nosuch", "1"], "--nosuch"),
+    ("bad-value", ["plan", "--policy", str(EXAMPLE), "--rate-rps", "abc", "--isl", "1", "--osl", "1"], "--rate-rps"),
+    ("missing-option", ["plan", "--rate-rps", "1"], "--policy"),
+    ("unknown-subcommand", ["bench", "nosuch"], "nosuch"),
+    ("bad-int", ["bench", "decide", "--ticks", "many"], "--ticks"),
+]
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _via_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    rc = run(argv)
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def _via_runner(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, argv)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _via_process(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=REPO)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+WAYS = [pytest.param(_via_run, id="run"), pytest.param(_via_runner, id="cli-runner"),
+        pytest.param(_via_process, id="subprocess")]
+
+
+@pytest.mark.parametrize("call", WAYS)
+@pytest.mark.parametrize(("argv", "names"), [c[1:] for c in USAGE_ERRORS], ids=[c[0] for c in USAGE_ERRORS])
+def test_usage_error_is_one_line_and_exit_2(call, argv: list[str], names: str, capsys) -> None:
+    rc, out, err = call(argv, capsys)
+    assert rc == 2, (out, err)
+    assert len(_lines(err)) == 1 and names in err, err
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("call", WAYS)
+@pytest.mark.parametrize("argv", [[], ["bench"], ["forecast"]], ids=["planner", "bench", "forecast"])
+def test_no_arguments_shows_the_help(call, argv: list[str], capsys) -> None:
+    rc, out, err = call(argv, capsys)
+    assert rc in (0, 2)
+    assert "Usage" in out + err and "Traceback" not in out + err
+
+
+def _leaves(command, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    if hasattr(command, "commands"):
+        yield path
+        for name, sub in command.commands.items():
+            yield from _leaves(sub, (*path, name))
+    else:
+        yield path
+
+
+COMMANDS = list(_leaves(typer.main.get_command(app)))
+
+
+def test_the_walk_finds_every_command() -> None:  # the walk below must not silently cover nothing
+    assert {("plan",), ("run",), ("bench", "decide"), ("forecast", "eval"), ()} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "planner" for p in COMMANDS])
+def test_every_command_rejects_a_bad_flag_with_exit_2(path: tuple[str, ...], capsys) -> None:
+    rc, out, err = _via_run([*path, "--no-such-flag"], capsys)
+    assert rc == 2 and len(_lines(err)) == 1 and "--no-such-flag" in err, err
+    assert "Traceback" not in out + err
+
+
+def _click_classes() -> list:
+    params = []
+    for home in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mod = importlib.import_module(home)
+        except ImportError:
+            continue
+        for name, kind in [("UsageError", "ClickException"), ("BadParameter", "ClickException"),
+                           ("NoArgsIsHelpError", "NoArgsIsHelpError"), ("Exit", "Exit"), ("Abort", "Abort"),
+                           ("FileError", "ClickException")]:
+            if hasattr(mod, name):
+                params.append(pytest.param(getattr(mod, name), kind, id=f"{home.split('.')[0]}-{name}"))
+    return params
+
+
+@pytest.mark.parametrize(("cls", "kind"), _click_classes())
+def test_click_exceptions_are_recognised_from_either_click(cls, kind: str) -> None:
+    exc = cls.__new__(cls)  # the kind depends on the class only
+    assert click_kind(exc) == kind
+
+
+@pytest.mark.parametrize("exc", [ValueError("x"), OSError(2, "nope"), KeyError("k")],
+                         ids=["value-error", "os-error", "key-error"])
+def test_other_exceptions_are_not_click(exc: BaseException) -> None:
+    assert click_kind(exc) is None
+
+
+# Minimal arguments that get each command with an output past click's parsing to its callback.
+OUT_ARGS = {
+    ("init",): ["--model", "qwen3-32b", "--ttft-ms", "1000", "--itl-ms", "40"],
+    ("profile",): ["--model", "qwen3-32b", "--gpu", "h200"],
+    ("backtest",): ["--trace", "t.csv", "--profile", str(PROFILE), "--policy", str(EXAMPLE)],
+    ("demo",): [],
+    ("forecast", "eval"): ["--series", "s.csv"],
+}
+
+
+def _commands_with_outputs() -> list[tuple[tuple[str, ...], str]]:
+    root = typer.main.get_command(app)
+    found = []
+    for path in COMMANDS:
+        command = root
+        for name in path:
+            command = command.commands[name]  # type: ignore[attr-defined]
+        found += [(path, p.opts[0]) for p in command.params if p.name in OUTPUT_PARAMS]
+    return found
+
+
+OUTPUTS = _commands_with_outputs()
+
+
+def test_every_command_with_an_output_is_in_the_table() -> None:
+    assert {path for path, _ in OUTPUTS} == set(OUT_ARGS) and len(OUTPUTS) >= 6
+
+
+@pytest.mark.parametrize(("path", "flag"), OUTPUTS, ids=[f"{' '.join(p)} {f}" for p, f in OUTPUTS])
+def test_unwritable_output_is_exit_2_naming_the_path(path, flag: str, tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    target = blocker / "sub" / "out.json"  # under a regular file: unwritable even for root
+    extra = [] if flag == "--out" else ["--out", str(tmp_path / "ok.json")]
+    rc, out, err = _via_run([*path, *OUT_ARGS[path], *extra, flag, str(target)], capsys)
+    assert rc == 2 and f"{flag} {target}" in err and "not a directory" in err, err
+    assert len(_lines(err)) == 1 and "Traceback" not in out + err
+
+
+def test_output_that_fails_while_written_is_exit_2(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "taken"
+    folder.mkdir()  # `profile --out` writes a file: a folder of that name passes the check, fails the write
+    rc, out, err = _via_run(["profile", "--model", "qwen3-32b", "--gpu", "h200", "--out", str(folder)], capsys)
+    assert rc == 2 and f"--out {folder}" in err and "Traceback" not in out + err
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+PORT_COMMANDS = [
+    ("run", ["run", "--policy", str(EXAMPLE), "--dry-run", "--grpc-port", "0", "--port"], "--port"),
+    ("run-grpc", ["run", "--policy", str(EXAMPLE), "--dry-run", "--port", "0", "--grpc-port"], "--grpc-port"),
+    ("serve", ["serve", "--port"], "--port"),
+    ("route", ["route", "--policy", str(REPO / "policies" / "workstation.yaml"), "--port"], "--port"),
+    ("emulate", ["emulate", "--profile", str(PROFILE), "--port"], "--port"),
+]
+
+
+@pytest.mark.parametrize(("argv", "flag"), [c[1:] for c in PORT_COMMANDS], ids=[c[0] for c in PORT_COMMANDS])
+def test_port_in_use_is_exit_2_naming_the_port(argv: list[str], flag: str, busy_port: int, capsys) -> None:
+    rc, out, err = _via_run([*argv, str(busy_port), "--host", "127.0.0.1"], capsys)
+    assert rc == 2 and f"{flag} {busy_port}: already in use" in err, err
+    assert "Traceback" not in out + err
+
+
+def test_run_rejects_one_port_for_both_servers(capsys) -> None:
+    rc, _, err = _via_run(["run", "--policy", str(EXAMPLE), "--port", "18080", "--grpc-port", "18080"], capsys)
+    assert rc == 2 and "--grpc-port 18080: the same port as --port" in err
+
+
+def test_run_once_without_data_exits_3_like_observe(capsys) -> None:
+    with socket.socket() as closed:  # bound, never listening: connection refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        rc, out, err = _via_run(["run", "--once", "--dry-run", "--policy", str(EXAMPLE), "--metrics-url", url],
+                                capsys)
+        observe_rc, _, _ = _via_run(["observe", "--policy", str(EXAMPLE), "--prometheus", url], capsys)
+    assert rc == 3 == observe_rc
+    assert "no data: unreachable" in err and "Traceback" not in out + err
+
+
+def _shell_lines(markdown: str) -> Iterator[str]:
+    """The commands of a page: lines of fenced blocks and inline code spans."""
+    fenced = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            yield line
+        else:
+            yield from re.findall(r"`([^`]+)`", line)
+
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), REPO / "deploy" / "README.md"]
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[str(p.relative_to(REPO)) for p in DOCS])
+def test_documented_commands_work_as_root_without_sudo(page: Path) -> None:
+    """Containers run as root and have no sudo: a command may use it only where it is optional."""
+    optional = re.compile(r"\$\(command -v sudo\)|\$S\b|S=\$\(command -v sudo\)")
+    required = [line for line in _shell_lines(page.read_text())
+                if re.search(r"(^|[;&|(]\s*)sudo\s", optional.sub("", line))]
+    assert required == []
