@@ -272,3 +272,18 @@ def test_direct_overlay_roles_let_the_real_actuator_and_elector_work(tmp_path: P
         assert kube.replicas("deployments", "llm", "not-a-target") == 1
     finally:
         kube.stop()
+
+
+@pytest.mark.parametrize("kind", sorted(SCALABLE_KINDS), ids=sorted(SCALABLE_KINDS))
+def test_rbac_hint_points_to_a_shipped_file_with_its_rule(kind: str) -> None:
+    """A 403 tells the operator which rule to add and where the shipped one is (it must exist)."""
+    group, plural = SCALABLE_KINDS[kind]
+    target = resolve_target("decode", f"{group}/v1", kind, "llm", "dec", 1)
+    hint = target.rbac_hint()
+    path = re.search(r"\((deploy/[^:]+):", hint)
+    assert path is not None and (REPO / path.group(1)).is_file(), hint
+    rule = yaml.safe_load(re.search(r"(\{apiGroups.*\}) \(", hint).group(1))  # type: ignore[union-attr]
+    assert rule == {"apiGroups": [group], "resources": [f"{plural}/scale"], "verbs": ["get", "update"],
+                    "resourceNames": ["dec"]}
+    catalog = (REPO / path.group(1)).read_text()
+    assert f"resources: [{plural}/scale]" in catalog

@@ -41,8 +41,11 @@ class ScaleTarget:
 
     def rbac_hint(self, verbs: str = "get, update") -> str:
         return (f"the planner's ServiceAccount needs a Role rule in namespace {self.namespace}: "
-                f"{{apiGroups: [\"{self.group}\"], resources: [\"{self.plural}/scale\"], verbs: [{verbs}]}} "
-                "(deploy/base/rbac.yaml)")
+                f"{{apiGroups: [\"{self.group}\"], resources: [\"{self.plural}/scale\"], verbs: [{verbs}], "
+                f"resourceNames: [\"{self.name}\"]}} ({RBAC_FILE}: the rule for each kind)")
+
+
+RBAC_FILE = "deploy/overlays/direct/rbac.yaml"  # the Role of actuator kind kubernetes (tests/test_rbac.py)
 
 
 def resolve_target(pool: str, api_version: str, kind: str, namespace: str, name: str,
