@@ -115,8 +115,9 @@ class MetricsConfig(_Strict):
     source: Literal["prometheus", "sim"] = "prometheus"
     url: str = "http://prometheus:9090"
     dialect: str = "vllm"  # one of planner/sources/dialects.py
-    selectors: dict[str, str] = Field(default_factory=lambda: {"prefill": '{role="prefill"}',
-                                                               "decode": '{role="decode"}'})
+    # Per pool PromQL label matchers. Engines export no pool label of their own (real vLLM has no `role`),
+    # so there is no default that would find a pool: see pool_selectors().
+    selectors: dict[str, str] = Field(default_factory=dict)
     window_s: float = Field(60.0, gt=0)
     timeout_s: float = Field(5.0, gt=0, le=120)
     stale_after_intervals: int = Field(3, ge=1)
@@ -244,6 +245,25 @@ class Policy(_Strict):
         if spec is None:
             raise KeyError(name)
         return spec
+
+
+SELECTORS_EXAMPLE = ("selectors: {prefill: '{pool=\"prefill\"}', decode: '{pool=\"decode\"}'} with the pool "
+                     "label set from the engine pods' labels by relabelling (deploy/engines/*-podmonitor.yaml)")
+
+
+def pool_selectors(policy: Policy) -> dict[str, str]:
+    """Each pool's selector. An aggregated pool without one reads every engine of the dialect ("");
+    a disaggregated pool must say which series are its own: no label every engine has tells them apart."""
+    out: dict[str, str] = {}
+    for pool in policy.pool_names():
+        if pool in policy.metrics.selectors:
+            out[pool] = policy.metrics.selectors[pool]
+        elif policy.mode is Mode.AGGREGATED:
+            out[pool] = ""
+        else:
+            raise UserError(f"policy {policy.name}: key 'metrics.selectors.{pool}' is required for a disaggregated "
+                            f"policy (engine metrics carry no pool label), e.g. {SELECTORS_EXAMPLE}")
+    return out
 
 
 def _format_error(source: str, exc: ValidationError) -> str:

@@ -25,6 +25,17 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "policies" / "example.yaml"
 PROFILE = REPO / "profiles" / "h200" / "qwen3-32b.json"
 
+
+@pytest.fixture(scope="module")
+def live_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example policy with the pool selectors `planner run` needs (the example sets none)."""
+    text = EXAMPLE.read_text().replace("selectors: {}", "selectors: {prefill: '{pool=\"prefill\"}', "
+                                       "decode: '{pool=\"decode\"}'}").replace(
+        "profiles/h200/qwen3-32b.json", str(PROFILE))
+    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(text)
+    return path
+
 USAGE_ERRORS = [
     ("unknown-command", ["nosuch"], "nosuch"),
     ("unknown-flag", ["plan", "--nosuch", "1"], "--nosuch"),
@@ -183,8 +194,8 @@ def busy_port() -> Iterator[int]:
 
 
 PORT_COMMANDS = [
-    ("run", ["run", "--policy", str(EXAMPLE), "--dry-run", "--grpc-port", "0", "--port"], "--port"),
-    ("run-grpc", ["run", "--policy", str(EXAMPLE), "--dry-run", "--port", "0", "--grpc-port"], "--grpc-port"),
+    ("run", ["run", "--policy", "LIVE", "--dry-run", "--grpc-port", "0", "--port"], "--port"),
+    ("run-grpc", ["run", "--policy", "LIVE", "--dry-run", "--port", "0", "--grpc-port"], "--grpc-port"),
     ("serve", ["serve", "--port"], "--port"),
     ("route", ["route", "--policy", str(REPO / "policies" / "workstation.yaml"), "--port"], "--port"),
     ("emulate", ["emulate", "--profile", str(PROFILE), "--port"], "--port"),
@@ -192,7 +203,9 @@ PORT_COMMANDS = [
 
 
 @pytest.mark.parametrize(("argv", "flag"), [c[1:] for c in PORT_COMMANDS], ids=[c[0] for c in PORT_COMMANDS])
-def test_port_in_use_is_exit_2_naming_the_port(argv: list[str], flag: str, busy_port: int, capsys) -> None:
+def test_port_in_use_is_exit_2_naming_the_port(argv: list[str], flag: str, busy_port: int, live_policy: Path,
+                                               capsys) -> None:
+    argv = [str(live_policy) if a == "LIVE" else a for a in argv]
     rc, out, err = _via_run([*argv, str(busy_port), "--host", "127.0.0.1"], capsys)
     assert rc == 2 and f"{flag} {busy_port}: already in use" in err, err
     assert "Traceback" not in out + err
@@ -203,13 +216,13 @@ def test_run_rejects_one_port_for_both_servers(capsys) -> None:
     assert rc == 2 and "--grpc-port 18080: the same port as --port" in err
 
 
-def test_run_once_without_data_exits_3_like_observe(capsys) -> None:
+def test_run_once_without_data_exits_3_like_observe(live_policy: Path, capsys) -> None:
     with socket.socket() as closed:  # bound, never listening: connection refused
         closed.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{closed.getsockname()[1]}"
-        rc, out, err = _via_run(["run", "--once", "--dry-run", "--policy", str(EXAMPLE), "--metrics-url", url],
+        rc, out, err = _via_run(["run", "--once", "--dry-run", "--policy", str(live_policy), "--metrics-url", url],
                                 capsys)
-        observe_rc, _, _ = _via_run(["observe", "--policy", str(EXAMPLE), "--prometheus", url], capsys)
+        observe_rc, _, _ = _via_run(["observe", "--policy", str(live_policy), "--prometheus", url], capsys)
     assert rc == 3 == observe_rc
     assert "no data: unreachable" in err and "Traceback" not in out + err
 

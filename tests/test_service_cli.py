@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 def write_policy(tmp_path: Path, **over: object) -> Path:
     data = yaml.safe_load((REPO / "policies" / "example.yaml").read_text())
     data["profile"] = str(REPO / "profiles" / "h200" / "qwen3-32b.json")
+    data["metrics"]["selectors"] = {"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}
     data.update(over)
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -26,7 +27,7 @@ def test_once_dry_run_holds_on_unreachable_prometheus(tmp_path: Path, capsys: py
     rc = run(["run", "--policy", str(write_policy(tmp_path)), "--once", "--dry-run",
               "--metrics-url", "http://127.0.0.1:9"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0
+    assert rc == 3  # no data, as `planner observe` exits
     assert out["observation"]["no_data"] == "unreachable"
     assert out["decision"]["reasons"] == ["no_data_hold"] and out["applied"]["changed"] is False
 

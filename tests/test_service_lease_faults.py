@@ -146,6 +146,7 @@ def test_once_exits_non_zero_when_the_lease_cannot_be_taken(tmp_path: Path, kube
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path, kube)))
     data = yaml.safe_load((REPO / "policies" / "example.yaml").read_text())
     data.update(profile=str(PROFILE), actuator={"kind": "keda"})
+    data["metrics"]["selectors"] = {"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(data))
     rc = run(["run", "--policy", str(path), "--once", "--leader-elect", "--lease-namespace", NS,

@@ -63,7 +63,8 @@ def test_one_line_per_outage_not_per_signal_or_retry(root_logging: None) -> None
     setup_logging(logging.INFO, "text", stream)
     pol = parse_policy({"name": "p", "profile": str(PROFILE), "pools": {"prefill": {}, "decode": {}},
                         "metrics": {"url": f"http://127.0.0.1:{free_port()}", "timeout_s": 1,
-                                    "stale_after_intervals": 2}})
+                                    "stale_after_intervals": 2,
+                                    "selectors": {"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}}})
     source = PrometheusSource.from_policy(pol)
     loop = ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), source,
                        RecordingActuator({"prefill": 2, "decode": 2}), PlannerMetrics(), FakeClock())

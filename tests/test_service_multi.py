@@ -25,7 +25,8 @@ def policy_file(tmp_path: Path, name: str, kind: str = "keda") -> Path:
     data = yaml.safe_load((REPO / "policies" / "example.yaml").read_text())
     data.update(name=name, profile=str(REPO / "profiles" / "h200" / "qwen3-8b.json"), interval_s=1,
                 actuator={"kind": kind})
-    data["metrics"].update(url="http://127.0.0.1:9", timeout_s=0.2)
+    data["metrics"].update(url="http://127.0.0.1:9", timeout_s=0.2,
+                           selectors={"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'})
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -36,6 +36,7 @@ def policy_file(tmp_path: Path, kind: str) -> Path:
     data["profile"] = str(REPO / "profiles" / "h200" / "qwen3-32b.json")
     data["actuator"] = {"kind": kind}
     data["metrics"]["url"] = "http://127.0.0.1:9"
+    data["metrics"]["selectors"] = {"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}
     data["metrics"]["timeout_s"] = 1
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(data))

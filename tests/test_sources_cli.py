@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from planner.cli import run
 from planner.commands.observe_args import resolve
@@ -13,7 +14,24 @@ from planner.errors import UserError
 from planner.testing.local_prometheus import free_port
 
 REPO = Path(__file__).resolve().parent.parent
-POLICY = REPO / "policies" / "example.yaml"
+EXAMPLE = REPO / "policies" / "example.yaml"
+SELECTORS = {"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}
+
+
+def _with_selectors(tmp_path: Path, selectors: dict[str, str] | None, **top: object) -> Path:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["profile"] = str(REPO / "profiles" / "h200" / "qwen3-32b.json")
+    if selectors is not None:
+        data["metrics"]["selectors"] = selectors
+    data.update(top)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def POLICY(tmp_path: Path) -> Path:  # noqa: N802 - the example policy, with the selectors a user gives
+    return _with_selectors(tmp_path, SELECTORS)
 
 BAD = [
     ("no-url", [], "--prometheus"),
@@ -49,10 +67,10 @@ def test_human_output_on_no_data(capsys) -> None:
     assert "no_data (unreachable)" in capsys.readouterr().out
 
 
-def test_policy_gives_pools_and_selector_narrows_them() -> None:
+def test_policy_gives_pools_and_selector_narrows_them(POLICY: Path) -> None:  # noqa: N803
     args = resolve(None, None, '{namespace="llm"}', POLICY, 60, 5, None)
-    assert args.selectors == {"prefill": '{role="prefill",namespace="llm"}',
-                              "decode": '{role="decode",namespace="llm"}'}
+    assert args.selectors == {"prefill": '{pool="prefill",namespace="llm"}',
+                              "decode": '{pool="decode",namespace="llm"}'}
     assert (args.url, args.dialect, args.stale_after_s) == ("http://prometheus:9090", "vllm", 90.0)
 
 
@@ -61,30 +79,62 @@ def test_selector_alone_is_the_aggregated_pool() -> None:
     assert args.selectors == {"aggregated": '{role="x"}'} and args.dialect == "sglang"
 
 
-def test_policy_without_a_selector_for_its_pool(tmp_path: Path) -> None:
-    text = POLICY.read_text().replace("selectors: {prefill: '{role=\"prefill\"}', decode: '{role=\"decode\"}'}",
-                                      "selectors: {prefill: '{role=\"prefill\"}'}")
-    assert text != POLICY.read_text()
-    path = tmp_path / "p.yaml"
-    path.write_text(text)
-    with pytest.raises(UserError, match="no selector for pool 'decode'"):
+# (id, mode, selectors given, the pool the error names or None, the selectors read)
+SELECTOR_CASES = [
+    ("disaggregated-none", "disaggregated", None, "prefill", None),
+    ("disaggregated-one-missing", "disaggregated", {"prefill": '{pool="prefill"}'}, "decode", None),
+    ("disaggregated-both", "disaggregated", SELECTORS, None, SELECTORS),
+    ("aggregated-none", "aggregated", None, None, {"aggregated": ""}),
+    ("aggregated-given", "aggregated", {"aggregated": '{model_name="m"}'}, None, {"aggregated": '{model_name="m"}'}),
+]
+
+
+@pytest.mark.parametrize(("mode", "selectors", "missing", "read"), [c[1:] for c in SELECTOR_CASES],
+                         ids=[c[0] for c in SELECTOR_CASES])
+def test_selectors_assume_no_pool_label(mode: str, selectors: dict | None, missing: str | None, read: dict | None,
+                                        tmp_path: Path, capsys) -> None:
+    """Real engines have no pool label: no default may assume one. A disaggregated policy names its pools'
+    series; an aggregated one reads every engine of its dialect when it names none."""
+    from planner.config import load_policy
+    from planner.sources.prometheus import PrometheusSource
+
+    pools = {"aggregated": {}} if mode == "aggregated" else {"prefill": {}, "decode": {}}
+    path = _with_selectors(tmp_path, None, mode=mode, pools=pools, actuator={"kind": "dry-run"})
+    if selectors is not None:
+        data = yaml.safe_load(path.read_text())
+        data["metrics"]["selectors"] = selectors
+        path.write_text(yaml.safe_dump(data))
+    policy = load_policy(path)  # a policy for `plan` or a backtest needs no selectors: loading never fails
+    if missing is None:
+        with PrometheusSource.from_policy(policy) as src:
+            assert src.selectors == read
+        assert resolve(None, None, None, path, 60, 5, None).selectors == read
+        return
+    needle = f"metrics.selectors.{missing}' is required"
+    with pytest.raises(UserError, match=needle):
+        PrometheusSource.from_policy(policy)
+    with pytest.raises(UserError, match=needle):
         resolve(None, None, None, path, 60, 5, None)
+    assert run(["observe", "--policy", str(path)]) == 2
+    assert run(["run", "--once", "--dry-run", "--policy", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count(needle) == 2 and '{pool="prefill"}' in err  # the example, as the user writes it
 
 
-def test_source_from_policy_takes_pools_selectors_and_budgets() -> None:
+def test_source_from_policy_takes_pools_selectors_and_budgets(POLICY: Path) -> None:  # noqa: N803
     from planner.config import load_policy
     from planner.sources.prometheus import PrometheusSource
 
     policy = load_policy(POLICY)
     with PrometheusSource.from_policy(policy, url="http://127.0.0.1:1") as src:
-        assert src.selectors == {"prefill": '{role="prefill"}', "decode": '{role="decode"}'}
+        assert src.selectors == SELECTORS
         assert (src.url, src.dialect.name, src.timeout_s, src.stale_after_s) == ("http://127.0.0.1:1", "vllm", 5, 90)
         assert src.targets_ms == {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms}
     with PrometheusSource.from_policy(policy) as src:
         assert src.url == "http://prometheus:9090"
 
 
-def test_targets_come_from_the_policy_sla_and_flags_override_them() -> None:
+def test_targets_come_from_the_policy_sla_and_flags_override_them(POLICY: Path) -> None:  # noqa: N803
     from planner.config import load_policy
 
     sla = load_policy(POLICY).sla

@@ -18,7 +18,8 @@ from rich.progress import Progress
 from planner.errors import UserError
 from planner.sources.prometheus import PrometheusSource
 
-DEFAULT_SELECTORS = {"prefill": '{role="prefill"}', "decode": '{role="decode"}'}
+# The pool label the local Prometheus sets on its emulated engines (as deploy/engines' PodMonitors do).
+DEFAULT_SELECTORS = {"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}
 
 
 def _traffic(urls: list[str], stop: threading.Event, period_s: float = 0.05) -> None:
@@ -56,12 +57,19 @@ def _time_reads(console: Console, source: PrometheusSource, reads: int, window_s
                   f"over {len(times_ms)} reads; outcomes {dict(outcomes)}")
 
 
-def _source(url: str, policy: Path | None) -> PrometheusSource:
+def _source(url: str, policy: Path | None, local: bool = False) -> PrometheusSource:
+    """``local``: the bench's own Prometheus, whose engines carry DEFAULT_SELECTORS' labels; a policy that
+    names no selectors reads them there."""
     if policy is None:
         return PrometheusSource(url, "vllm", DEFAULT_SELECTORS)
     from planner.config import load_policy
 
-    return PrometheusSource.from_policy(load_policy(policy), url=url)
+    pol = load_policy(policy)
+    if local and not pol.metrics.selectors:
+        metrics = pol.metrics.model_copy(update={"selectors": {p: DEFAULT_SELECTORS.get(p, "")
+                                                               for p in pol.pool_names()}})
+        pol = pol.model_copy(update={"metrics": metrics})
+    return PrometheusSource.from_policy(pol, url=url)
 
 
 def run(console: Console, prometheus: str | None, policy: Path | None, reads: int, window_s: float) -> None:
@@ -83,7 +91,7 @@ def run(console: Console, prometheus: str | None, policy: Path | None, reads: in
     ports = {"prefill": free_port(), "decode": free_port()}
     servers = [BackgroundServer(create_app(engine_model_for(profile, role), "qwen3-0.6b", time_scale=0.2),
                                 port=port) for role, port in ports.items()]
-    prom = LocalPrometheus([Target(port, {"role": role}) for role, port in ports.items()])
+    prom = LocalPrometheus([Target(port, {"pool": role}) for role, port in ports.items()])
     stop = threading.Event()
     try:
         for s in servers:
@@ -93,7 +101,7 @@ def run(console: Console, prometheus: str | None, policy: Path | None, reads: in
         worker = threading.Thread(target=_traffic, args=([s.url for s in servers], stop), daemon=True)
         worker.start()
         time.sleep(4.0)  # a few scrapes with traffic in them
-        with _source(prom.url, policy) as source:
+        with _source(prom.url, policy, local=True) as source:
             _time_reads(console, source, reads, window_s)
     finally:
         stop.set()

@@ -47,15 +47,13 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if policy is not None:
-        from planner.config import load_policy
+        from planner.config import load_policy, pool_selectors
 
         pol = load_policy(policy)
         selectors: dict[str, str] = {}
-        for pool in pol.pool_names():
-            if pool not in pol.metrics.selectors:
-                raise UserError(f"{policy}: key 'metrics.selectors' has no selector for pool {pool!r}")
+        for pool, given in pool_selectors(pol).items():
             try:
-                own = check_selector(pol.metrics.selectors[pool], f"{policy}: metrics.selectors.{pool}")
+                own = check_selector(given, f"{policy}: metrics.selectors.{pool}")
             except ValueError as exc:
                 raise UserError(str(exc)) from None
             selectors[pool] = merge_selectors(own, extra)  # --selector narrows every pool (e.g. namespace)

@@ -68,13 +68,9 @@ class PrometheusSource:
     def from_policy(cls, policy, **overrides) -> PrometheusSource:  # noqa: ANN001 - planner.config.Policy
         m = policy.metrics
         url = overrides.pop("url", m.url)
-        missing = [pool for pool in policy.pool_names() if pool not in m.selectors]
-        if missing:  # an absent selector must not silently select every engine
-            from planner.errors import UserError
+        from planner.config import pool_selectors
 
-            raise UserError(f"policy {policy.name}: key 'metrics.selectors' has no selector for pool(s) "
-                            f"{', '.join(missing)}")
-        selectors = {pool: m.selectors[pool] for pool in policy.pool_names()}
+        selectors = pool_selectors(policy)  # an absent selector must not silently select every engine
         # A signal older than the planner's own staleness budget is stale for the source as well.
         kwargs = {"timeout_s": m.timeout_s, "stale_after_s": m.stale_after_intervals * policy.interval_s,
                   "targets_ms": {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms}}
