@@ -111,9 +111,42 @@ class Calibration(_Strict):
     half_life_s: float = Field(600.0, gt=0)
 
 
+class BasicAuth(_Strict):
+    """HTTP basic auth. The password is never inline (it would end up in the ConfigMap and in logs): from a
+    file (a mounted Secret) or from an environment variable."""
+
+    username: str = Field(min_length=1)
+    password_file: str | None = None
+    password_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_password(self) -> BasicAuth:
+        if (self.password_file is None) == (self.password_env is None):
+            raise ValueError("give exactly one of password_file and password_env (never the password inline)")
+        return self
+
+
+class MetricsTLS(_Strict):
+    ca_file: str | None = None  # PEM CA bundle that signed Prometheus' certificate; None: the system's
+    insecure_skip_verify: bool = False  # no certificate check at all (testing only)
+
+    @model_validator(mode="after")
+    def _not_both(self) -> MetricsTLS:
+        if self.ca_file is not None and self.insecure_skip_verify:
+            raise ValueError("ca_file and insecure_skip_verify exclude each other")
+        return self
+
+
 class MetricsConfig(_Strict):
     source: Literal["prometheus", "sim"] = "prometheus"
-    url: str = "http://prometheus:9090"
+    url: str = "http://prometheus:9090"  # a path is kept: https://thanos.example/prometheus, managed services
+    # How Prometheus as users run it wants to be asked (planner/sources/auth.py): at most one of a bearer
+    # token (from a file, re-read when it changes: a rotated Secret) and basic auth, a CA or no verification
+    # for https, and extra headers (e.g. X-Scope-OrgID for Mimir, Cortex and Loki-style tenancy).
+    bearer_token_file: str | None = None
+    basic_auth: BasicAuth | None = None
+    tls: MetricsTLS = Field(default_factory=MetricsTLS)
+    headers: dict[str, str] = Field(default_factory=dict)
     dialect: str = "vllm"  # one of planner/sources/dialects.py
     # Per pool PromQL label matchers. Engines export no pool label of their own (real vLLM has no `role`),
     # so there is no default that would find a pool: see pool_selectors().
@@ -128,6 +161,27 @@ class MetricsConfig(_Strict):
         from planner.sources.dialects import dialect_names
 
         return _one_of("metrics dialect", dialect, dialect_names())
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL (a path after the host is kept)")
+        return url
+
+    @field_validator("headers")
+    @classmethod
+    def _no_credentials_in_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        if any(name.lower() == "authorization" for name in headers):
+            raise ValueError("no Authorization header inline (it would be logged with the policy): use "
+                             "bearer_token_file or basic_auth")
+        return headers
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> MetricsConfig:
+        if self.bearer_token_file is not None and self.basic_auth is not None:
+            raise ValueError("metrics.bearer_token_file and metrics.basic_auth exclude each other")
+        return self
 
 
 PORT_PLACEHOLDER = "{port}"

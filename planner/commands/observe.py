@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.errors import UserError
 from planner.sources.dialects import dialect_names
 from planner.sources.resolution import RESOLVED_MAX_RATIO
 
@@ -39,12 +40,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Read one Observation from Prometheus. Exit 0 ok, 3 no data, 2 bad arguments."""
         from planner.commands.observe_args import observation_json, resolve
+        from planner.sources.auth import CredentialsError
         from planner.sources.prometheus import PrometheusSource
         from planner.types import NoData
 
         args = resolve(prometheus, dialect, selector, policy, window_s, timeout_s, stale_after_s, ttft_ms, itl_ms)
-        with PrometheusSource(args.url, args.dialect, args.selectors, timeout_s=args.timeout_s,
-                              stale_after_s=args.stale_after_s, targets_ms=args.targets_ms) as source:
+        try:
+            source = PrometheusSource(args.url, args.dialect, args.selectors, timeout_s=args.timeout_s,
+                                      stale_after_s=args.stale_after_s, targets_ms=args.targets_ms, auth=args.auth)
+        except CredentialsError as exc:
+            raise UserError(f"{policy}: {exc}") from None
+        with source:
             result = source.read(args.window_s, time.time())
         out = Console()
         err = Console(stderr=True, highlight=False)

@@ -27,6 +27,7 @@ class ObserveArgs:
     timeout_s: float
     stale_after_s: float
     targets_ms: dict[str, float]  # SLA targets whose histogram resolution the read reports ({} = none)
+    auth: Any = None  # sources.auth.PromAuth from the policy's metrics section (None: no credentials)
 
 
 def resolve(prometheus: str | None, dialect: str | None, selector: str | None, policy: Path | None,
@@ -48,6 +49,7 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
         raise UserError(str(exc)) from None
     if policy is not None:
         from planner.config import load_policy, pool_selectors
+        from planner.sources.auth import PromAuth
 
         pol = load_policy(policy)
         selectors: dict[str, str] = {}
@@ -61,17 +63,18 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
         dialect = dialect or pol.metrics.dialect
         stale = stale_after_s or pol.metrics.stale_after_intervals * pol.interval_s
         targets = {"ttft": pol.sla.ttft_ms, "itl": pol.sla.itl_ms, **targets}  # the flags override the SLA
+        auth = PromAuth.from_metrics(pol.metrics)
     else:
         if prometheus is None:
             raise UserError("--prometheus URL is required (or --policy FILE with metrics.url)")
-        url, selectors = prometheus, {Pool.AGGREGATED: extra}
+        url, selectors, auth = prometheus, {Pool.AGGREGATED: extra}, None
         dialect = dialect or "vllm"
         stale = stale_after_s or 60.0
     if not url.startswith(("http://", "https://")):
         raise UserError(f"--prometheus {url!r}: expected an http:// or https:// URL")
     if dialect not in dialect_names():
         raise UserError(f"--dialect {dialect!r}: allowed {', '.join(dialect_names())}")
-    return ObserveArgs(url, dialect, selectors, window_s, timeout_s, stale, targets)
+    return ObserveArgs(url, dialect, selectors, window_s, timeout_s, stale, targets, auth)
 
 
 def _num(v: Any) -> Any:

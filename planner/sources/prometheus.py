@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from planner.sources.auth import CredentialsError, PromAuth
 from planner.sources.dialects import Dialect, get_dialect
 from planner.sources.parse import parse_read
 from planner.sources.promql import build_read_query, duration
@@ -28,9 +29,10 @@ class PrometheusSource:
     def __init__(self, url: str, dialect: Dialect | str, selectors: Mapping[str, str], *,
                  timeout_s: float = 5.0, retries: int = 1, stale_after_s: float = 60.0,
                  lookback_s: float = 300.0, headers: Mapping[str, str] | None = None,
-                 targets_ms: Mapping[str, float] | None = None) -> None:
+                 targets_ms: Mapping[str, float] | None = None, auth: PromAuth | None = None) -> None:
         """``targets_ms``: SLA targets by signal ({"ttft": ms, "itl": ms}); each pool of a read then reports
-        how finely its histogram buckets resolve them (PoolObservation.*_p95_resolved, resolution.py)."""
+        how finely its histogram buckets resolve them (PoolObservation.*_p95_resolved, resolution.py).
+        ``auth``: credentials, TLS and headers (auth.py); ``headers`` are added to its own."""
         import requests
         from prometheus_api_client import PrometheusConnect
         from urllib3.util.retry import Retry
@@ -55,8 +57,12 @@ class PrometheusSource:
         retry = Retry(total=retries, connect=retries, read=0, status=retries, other=0, backoff_factor=0.05,
                       status_forcelist=(502, 503, 504), allowed_methods=frozenset({"GET", "POST"}),
                       raise_on_status=False)
+        self.auth = auth or PromAuth()
+        self.auth.headers.update(headers or {})
+        self.auth.check()
         self._session = requests.Session()
-        self._prom = PrometheusConnect(url=self.url, headers=dict(headers or {}) or None, retry=retry,
+        self._session.verify = self.auth.verify
+        self._prom = PrometheusConnect(url=self.url, headers=dict(self.auth.headers) or None, retry=retry,
                                        session=self._session, timeout=timeout_s, method="POST")
 
     @property
@@ -73,9 +79,15 @@ class PrometheusSource:
         selectors = pool_selectors(policy)  # an absent selector must not silently select every engine
         # A signal older than the planner's own staleness budget is stale for the source as well.
         kwargs = {"timeout_s": m.timeout_s, "stale_after_s": m.stale_after_intervals * policy.interval_s,
-                  "targets_ms": {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms}}
+                  "targets_ms": {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms},
+                  "auth": PromAuth.from_metrics(m)}
         kwargs.update(overrides)
-        return cls(url, m.dialect, selectors, **kwargs)
+        try:
+            return cls(url, m.dialect, selectors, **kwargs)
+        except CredentialsError as exc:
+            from planner.errors import UserError
+
+            raise UserError(f"policy {policy.name}: {exc}") from None
 
     def query(self, window_s: float, now_s: float) -> str:
         return build_read_query(self.dialect, self.selectors, window_s, now_s, self.stale_after_s,
@@ -86,10 +98,18 @@ class PrometheusSource:
 
         promql = self.query(window_s, now_s)
         try:
+            self._prom.headers, self._prom.auth = self.auth.request_headers(), self.auth.basic()
+        except CredentialsError as exc:  # a secret gone or empty: hold, and say which key
+            return NoData(NoDataReason.BAD_RESPONSE, f"{self.url}: {exc}", now_s)
+        try:
             resp = self._session.post(
                 f"{self.url}/api/v1/query",
                 data={"query": promql, "time": f"{now_s:.3f}", "timeout": duration(self.timeout_s)},
-                headers=self._prom.headers, auth=self._prom.auth, timeout=self.timeout_s)
+                headers=self._prom.headers, auth=self._prom.auth, timeout=self.timeout_s,
+                verify=self.auth.verify)  # per request: REQUESTS_CA_BUNDLE would override the session's
+        except requests.exceptions.SSLError as exc:
+            return NoData(NoDataReason.UNREACHABLE, f"{self.url}: TLS: {_short(exc)}; set metrics.tls.ca_file to "
+                                                    "the CA that signed Prometheus' certificate", now_s)
         except requests.exceptions.Timeout:
             return NoData(NoDataReason.TIMEOUT, f"{self.url}: no answer within {self.timeout_s:g}s", now_s)
         except requests.exceptions.RetryError as exc:
@@ -103,6 +123,10 @@ class PrometheusSource:
         return self._parse_response(resp, window_s, now_s)
 
     def _parse_response(self, resp: Any, window_s: float, now_s: float) -> Observation | NoData:
+        if resp.status_code in (401, 403):
+            refused = "unauthorized" if resp.status_code == 401 else "forbidden"
+            return NoData(NoDataReason.BAD_RESPONSE, f"{self.url}: HTTP {resp.status_code} {refused}: Prometheus "
+                                                     f"refused {self.auth.describe()}", now_s)
         try:
             body = resp.json()
         except ValueError:
@@ -151,7 +175,8 @@ def _timed_out(exc: BaseException) -> bool:
 
 def _short(exc: BaseException) -> str:
     text = str(exc)
-    for marker in ("Connection refused", "Name or service not known", "timed out", "Connection reset"):
+    for marker in ("Connection refused", "Name or service not known", "timed out", "Connection reset",
+                   "CERTIFICATE_VERIFY_FAILED", "WRONG_VERSION_NUMBER"):
         if marker in text:
             return marker.lower()
     return text[:200]

@@ -8,11 +8,13 @@ produces no series.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -36,6 +38,21 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @dataclass(frozen=True)
+class WebOptions:
+    """Prometheus' own web settings, as users run it: ``config`` is its --web.config.file (basic_auth_users,
+    tls_server_config), ``route_prefix`` serves everything under a path (as behind Thanos or a proxy);
+    ``probe_auth`` the (user, password) its readiness probe sends."""
+
+    config: dict | None = None
+    route_prefix: str = ""
+    probe_auth: tuple[str, str] | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.config and "tls_server_config" in self.config else "http"
+
+
+@dataclass(frozen=True)
 class Target:
     port: int
     labels: dict[str, str] = field(default_factory=dict)
@@ -48,7 +65,8 @@ class Target:
 
 class LocalPrometheus:
     def __init__(self, targets: list[Target], *, scrape_interval_s: float = 1.0, binary: str | None = None,
-                 workdir: Path | None = None, port: int | None = None, file_sd: list[Path] | None = None) -> None:
+                 workdir: Path | None = None, port: int | None = None, file_sd: list[Path] | None = None,
+                 web: WebOptions | None = None) -> None:
         found = binary or prometheus_binary()
         if found is None:
             raise FileNotFoundError("prometheus binary not found (apt-get install -y prometheus, or set "
@@ -61,10 +79,31 @@ class LocalPrometheus:
         self.port = port or free_port()
         self.file_sd = list(file_sd or [])  # file_sd JSON files (job "file-sd"), e.g. the process actuator's
         self.proc: subprocess.Popen[bytes] | None = None
+        self.web = web or WebOptions()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.web.scheme}://127.0.0.1:{self.port}{self.web.route_prefix}"
+
+    def _web_flags(self) -> list[str]:
+        flags = []
+        if self.web.config:
+            path = self.workdir / "web.yml"
+            path.write_text(yaml.safe_dump(self.web.config))
+            flags.append(f"--web.config.file={path}")
+        if self.web.route_prefix:
+            flags += [f"--web.route-prefix={self.web.route_prefix}", f"--web.external-url={self.url}"]
+        return flags
+
+    def _get(self, path_query: str) -> bytes:
+        """GET on this Prometheus as its web options require (credentials, TLS without verification)."""
+        request = urllib.request.Request(f"{self.url}{path_query}")
+        if self.web.probe_auth is not None:
+            pair = base64.b64encode(":".join(self.web.probe_auth).encode()).decode()
+            request.add_header("Authorization", f"Basic {pair}")
+        context = ssl._create_unverified_context() if self.web.scheme == "https" else None  # noqa: S323 - own test CA
+        with urllib.request.urlopen(request, timeout=1, context=context) as r:
+            return bytes(r.read())
 
     def _config(self) -> dict:
         interval = f"{max(1, round(self.scrape_interval_s * 1000))}ms"
@@ -88,7 +127,7 @@ class LocalPrometheus:
         self.proc = subprocess.Popen(
             [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=2h",
-             "--log.level=warn"],
+             "--log.level=warn", *self._web_flags()],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -106,11 +145,10 @@ class LocalPrometheus:
     def _scraping_all(self) -> bool:
         """Ready *and* every target has been scraped once (the first discovery update takes ~5 s)."""
         if not self.targets:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                return r.status == 200
+            self._get("/-/ready")  # raises (an OSError) until it answers 200
+            return True
         query = urllib.parse.urlencode({"query": 'count(up{job="planner-local"})'})
-        with urllib.request.urlopen(f"{self.url}/api/v1/query?{query}", timeout=1) as r:
-            result = json.loads(r.read())["data"]["result"]
+        result = json.loads(self._get(f"/api/v1/query?{query}"))["data"]["result"]
         return bool(result) and int(float(result[0]["value"][1])) >= len(self.targets)
 
     def log_tail(self, chars: int = 2000) -> str:
