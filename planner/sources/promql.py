@@ -40,7 +40,7 @@ def check_selector(selector: str, what: str = "selector") -> str:
         return ""
     if not _SELECTOR.match(s):
         raise ValueError(f"{what} {selector!r}: expected a label selector like "
-                         '\'{role="prefill"}\' or \'{namespace="llm",pod=~"qwen-.*"}\'')
+                         '\'{pool="prefill"}\' or \'{namespace="llm",pod=~"qwen-.*"}\'')
     return s
 
 
