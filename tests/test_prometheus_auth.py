@@ -239,6 +239,7 @@ def test_bearer_token_is_re_read_when_the_file_changes(proxied: str, tmp_path: P
         assert "metrics.bearer_token_file" in refused.detail and "token-1" not in refused.detail
         token_file.write_text("token-2\n")  # ... then the Secret's file follows: no restart needed
         _ok(source.read(30.0, time.time()))
+        assert source.client.headers["Authorization"] == "Bearer token-2"  # ad-hoc queries too
     assert _TenantProxy.seen[-1]["Authorization"] == "Bearer token-2"
 
 

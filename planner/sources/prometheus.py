@@ -67,7 +67,9 @@ class PrometheusSource:
 
     @property
     def client(self) -> Any:
-        """The prometheus-api-client connection (for ad-hoc queries: check_prometheus_connection, ...)."""
+        """The prometheus-api-client connection (for ad-hoc queries: check_prometheus_connection, ...), with
+        the credentials as they are now (raises CredentialsError when a secret cannot be read)."""
+        self._prom.headers, self._prom.auth = self.auth.request_headers(), self.auth.basic()
         return self._prom
 
     @classmethod
