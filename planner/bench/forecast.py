@@ -90,8 +90,8 @@ def azure_cases(path: Path, kind: str) -> list[EvalCase]:
 def real_cases(traces: Path) -> list[EvalCase]:
     """Every series the shipped traces give: Azure conv and code (10 each) and ServeGen's rate (2 horizons)."""
     if not traces.is_dir():
-        raise UserError(f"--traces: {traces} is not a folder; expected the shared traces folder "
-                        "(azure2023/, servegen/)")
+        raise UserError(f"traces: {traces} is not a folder; expected the shared traces folder "
+                        "(azure2023/, servegen/)", key="traces")
     out = []
     for kind in ("conv", "code"):
         out += azure_cases(traces / "azure2023" / f"AzureLLMInferenceTrace_{kind}.csv", kind)
@@ -109,7 +109,7 @@ def held_out_groups(traces: Path, which: str) -> dict[str, list[EvalCase]]:
     """The series of one ``--set``: real = the shipped traces (held out), synthetic = held-out synthetic
     families and seeds, training = the only series auto's constants were tuned on."""
     if which not in SETS:
-        raise UserError(f"--set: {which!r}; allowed: {', '.join(SETS)}")
+        raise UserError(f"which: {which!r}; allowed: {', '.join(SETS)}", key="which")
     groups: dict[str, list[EvalCase]] = {}
     if which in ("real", "all"):
         groups["held-out: real traces"] = real_cases(traces)
