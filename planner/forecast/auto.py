@@ -1,4 +1,4 @@
-"""``auto``: per series, the kernel with the lowest recent rolling-origin error at the requested horizon.
+"""``auto``: per series and horizon, last-value unless a cheap kernel's gain over it holds out of sample.
 
 Candidates are the cheap kernels (last value, moving averages, EWMA, damped Holt, seasonal naive and
 seasonal delta for daily/weekly seasons once the history covers a season). Each candidate's forecast from
@@ -9,9 +9,10 @@ The choice is re-made at anchors (every ``recheck_steps`` steps of data time, se
 between, so the model does not flip every tick and a tick costs one kernel pass. Work is bounded by
 construction: at most ``max_points`` points, a fixed candidate list, no iterative optimiser.
 
-A candidate must beat last-value by ``margin`` (relative MAE) *and* by more than the backtest's noise
-(``Z_CLEAR`` standard errors of the error difference) to be picked: on a short or noisy series the
-backtest winner is partly luck, and last-value is the safe choice for "I can't tell".
+Last-value is the default, the safe choice for "I can't tell": a candidate replaces it only when its gain
+holds out of sample (``gate``: a block t-test with a Bonferroni correction at the re-check, the replayed
+track record of earlier re-checks, and a trial at every tick since the re-check that falls back to
+last-value while the choice is losing).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def candidates(s: Series, h: int, min_origins: int = GATE.min_origins) -> list[k
 class Choice:
     candidate: k.Candidate
     origins: int  # backtest origins behind the choice (0: too few, last-value by default)
-    anchor_s: float = -math.inf  # data time of the re-check it was made at: its out-of-sample trial starts there
+    anchor_s: float  # data time of the re-check it was made at: its out-of-sample trial starts there
 
 
 def past_anchors(s: Series, anchor: int, every_steps: int, count: int) -> list[int]:
@@ -65,8 +66,9 @@ def past_anchors(s: Series, anchor: int, every_steps: int, count: int) -> list[i
     return sorted(set(points))
 
 
-def choose(y: np.ndarray, h: int, cands: list[k.Candidate], points: list[int], gate: Gate) -> Choice:
-    """The candidate the gate lets replace last-value at the last point of ``y`` (last-value if none)."""
+def choose(y: np.ndarray, h: int, cands: list[k.Candidate], points: list[int], gate: Gate,
+           anchor_s: float) -> Choice:
+    """The candidate the gate lets replace last-value at the last point of ``y`` (made at ``anchor_s``)."""
     usable = [c for c in cands if len(y) >= c.min_points]
     forecasts = [c.run(y, h) for c in usable]
     # Every candidate also comes as its half-blend with last-value (computed from the same pass).
@@ -74,7 +76,7 @@ def choose(y: np.ndarray, h: int, cands: list[k.Candidate], points: list[int], g
     forecasts += [0.5 * (y + f) for f in forecasts[1:]]
     every = usable + [k.half_blend(c) for c in usable[1:]]
     index, origins = replay(y, forecasts, h, points, gate, half_of)
-    return Choice(every[index], origins)
+    return Choice(every[index], origins, anchor_s)
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,6 @@ class Auto:
 
         def make() -> Choice:
             points = past_anchors(young, a, self.recheck_steps, self.gate.replay)
-            made = choose(y, h, candidates(young, h, self.gate.min_origins), points, self.gate)
-            return dataclasses.replace(made, anchor_s=young.time_of(a))
+            return choose(y, h, candidates(young, h, self.gate.min_origins), points, self.gate, young.time_of(a))
 
         return self._memo.get_or_make(memo_key(s, a, "auto", h), make)
