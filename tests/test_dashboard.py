@@ -31,7 +31,8 @@ PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", 
                 "unless", "sum", "avg", "min", "max", "count", "topk", "bottomk", "quantile", "stddev", "stdvar",
                 "count_values", "group", "inf", "nan"}
 # Grafana's macros and our variables, as a test substitutes them to send a query to Prometheus.
-MACROS = {"$__rate_interval": "1m", "$__range": "5m", "$__interval": "15s", "$policy": ".*", "$pool": ".*"}
+MACROS = {"$__rate_interval": "1m", "$__range_s": "300", "$__range": "5m", "$__interval": "15s", "$policy": ".*",
+          "$pool": ".*"}
 
 
 def dialect_series() -> dict[str, set[str]]:

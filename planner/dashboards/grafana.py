@@ -18,7 +18,7 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 class Query:
     """One PromQL query. ``needs`` names what must run for it to have data beyond a controller and its
     engines ("process": the process actuator, "router": ``planner route``, "leader": --leader-elect,
-    "conflict": a 409 on a scale write)."""
+    "conflict": a 409 on a scale write, "degraded": a needed signal missing)."""
 
     expr: str
     legend: str = ""

@@ -53,12 +53,13 @@ def _replicas() -> Row:
             Query(sel(M.gpus_desired), "desired {{policy}}"),
         ), width=6),
         Panel("GPU-hours in the time range", (
-            Query(f"sum by (policy) (sum_over_time({sel(M.gpus_in_use)}[$__range:1m])) / 60", "used {{policy}}"),
-            Query(f"sum by (policy) (sum_over_time({sel(M.gpus_desired)}[$__range:1m])) / 60",
+            Query(f"sum by (policy) (avg_over_time({sel(M.gpus_in_use)}[$__range])) * $__range_s / 3600",
+                  "used {{policy}}"),
+            Query(f"sum by (policy) (avg_over_time({sel(M.gpus_desired)}[$__range])) * $__range_s / 3600",
                   "desired {{policy}}"),
         ), width=6, kind="stat", instant=True, thresholds=((None, "blue"),),
-            description="GPUs of the ready replicas (and of the desired ones) integrated over the dashboard's "
-                        "time range, sampled each minute."),
+            description="GPUs of the ready (and of the desired) replicas, averaged over the dashboard's time "
+                        "range, times its hours."),
     ))
 
 
@@ -75,7 +76,7 @@ def _latency() -> Row:
             Query(sla_target("itl", POLICY), "SLA {{policy}}"),
         ), unit="s"),
         Panel("SLA error-budget burn (1 h)", (
-            Query(burn_rate("1h", "1m", 0.99, POLICY + POOL), "{{signal}} {{pool}}"),
+            Query(burn_rate("1h", "$__interval", 0.99, POLICY + POOL), "{{signal}} {{pool}}"),
         ), width=5, unit="short", thresholds=((None, "green"), (1, "orange"), (6, "red")),
             description="Share of the last hour whose observed p95 was above the SLA, over a 1% budget "
                         "(objective 99% of the time within): 1 spends the budget exactly; the alerts page "
@@ -109,7 +110,7 @@ def _signals() -> Row:
               description="0 = degraded: a needed signal has been missing for the configured intervals."),
         Panel("Signal freshness", (
             Query(sel(M.signal_seconds_since_good), "{{signal}}"),
-            Query(f"{sel(M.signal_missing)} == 1", "missing {{signal}}"),
+            Query(f"{sel(M.signal_missing)} == 1", "missing {{signal}}", needs="degraded"),
         ), width=10, unit="s", description="Seconds since each signal was last good; 'missing' while it "
                                            "has been absent or stale for the configured intervals."),
         Panel("Signal resolution (p95 at the SLA)", (Query(sel(M.signal_resolution_ratio), "{{pool}} {{signal}}"),),
