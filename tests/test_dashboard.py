@@ -266,3 +266,21 @@ def test_planner_dashboard_has_the_operators_panels() -> None:
             "Engine replicas by state", "Requests by outcome"} <= titles
     uids = {d["uid"] for d in dashboards().values()}
     assert len(uids) == len(dashboards())
+
+
+def test_every_alert_has_its_runbook_section() -> None:
+    guide = (REPO / "docs" / "deploy.md").read_text()
+    for a in alerts():
+        assert f"\n#### {a.name}\n" in guide, f"docs/deploy.md lacks the runbook section of {a.name}"
+        assert a.rule("docs/deploy.md#")["annotations"]["runbook_url"] == f"docs/deploy.md#{a.name.lower()}"
+
+
+def test_kustomize_ships_one_config_map_per_dashboard() -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    out = subprocess.run([kubectl, "kustomize", str(REPO / "dashboards")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    maps = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert sorted(name for cm in maps for name in cm["data"]) == sorted(dashboards())
+    assert all(cm["metadata"]["labels"] == {"grafana_dashboard": "1"} for cm in maps)
