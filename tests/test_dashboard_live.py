@@ -6,7 +6,8 @@ under each other dialect's names (planner/testing/dialect_exporter.py), and `pla
 the kubernetes actuator and leader election on the fake API server. The policy is made to trip alerts: an
 SLA no engine meets (burn rate), decode capped at 1 replica while its Deployment holds 2 and the SLA model
 wants more (pinned), and every write to the decode Deployment's scale answered 500 (actuation failing).
-Stopping the decode engine makes the controller not ready; stopping the controller makes it down. The rules
+A tick that never returns makes the controller stale, a Lease it cannot renew leaves no leader, stopping
+the decode engine makes the controller not ready and stopping the controller makes it down. The rules
 are the generated ones with seconds for minutes (AlertParams).
 """
 
@@ -69,6 +70,7 @@ class Stack:
     engines: dict[str, object]  # role -> BackgroundServer
     exporters: list[FakeHTTP]
     stop: threading.Event
+    kube: FakeKube
 
     def query(self, promql: str) -> dict:
         r = httpx.get(f"{self.prom.url}/api/v1/query", params={"query": promql}, timeout=10)
@@ -178,7 +180,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     for t in (*threads, runner):
         t.start()
     try:
-        yield Stack(prom, service, runner, servers, list(exporters.values()), stop)
+        yield Stack(prom, service, runner, servers, list(exporters.values()), stop, kube)
     finally:
         stop.set()
         service.stop_event.set()
@@ -243,15 +245,47 @@ def test_every_alert_probe_returns_data_and_the_tripped_alerts_fire(stack: Stack
     assert not quiet & set(stack.alerts()), "an alert whose condition is false is active"
 
 
-def test_a_missing_engine_and_a_stopped_controller_fire(stack: Stack) -> None:
-    """Last in the module: it takes the stack down."""
+def firing(stack: Stack, name: str, timeout_s: float) -> None:
+    wait_until(lambda: "firing" in stack.alerts().get(name, set()), timeout_s,
+               lambda: f"{name} firing; alerts now {stack.alerts()}")
+
+
+def test_a_stuck_loop_fires_stale(stack: Stack) -> None:
+    """The loop hangs inside a tick (a call that never returns) while /metrics still answers."""
+    loop = stack.service.loop
+    release = threading.Event()
+    tick = loop.controller.tick
+
+    def stuck(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        release.wait(60)
+        return tick(*args, **kwargs)
+
+    loop.controller.tick = stuck  # type: ignore[method-assign]
+    try:
+        firing(stack, "PlannerControllerStale", 40)
+    finally:
+        loop.controller.tick = tick  # type: ignore[method-assign]
+        release.set()
+
+
+def test_a_missing_engine_fires_not_ready(stack: Stack) -> None:
     stack.engines["decode"].stop()  # type: ignore[attr-defined]
-    wait_until(lambda: "firing" in stack.alerts().get("PlannerNotReady", set()), 60,
-               lambda: f"PlannerNotReady firing; alerts now {stack.alerts()}")
+    firing(stack, "PlannerNotReady", 60)
     degraded = [q.expr for b in all_boards().values() for q in board_queries(b) if q.needs == "degraded"]
-    assert degraded and not _empty(stack, degraded), "the degraded-only panels show the missing signal"
+    assert degraded
+    wait_until(lambda: not _empty(stack, degraded), 30, "the degraded-only panels to show the missing signal")
+
+
+def test_a_lost_lease_fires_leader_missing(stack: Stack) -> None:
+    """The Lease cannot be renewed (403): once it runs out the controller stands by and nobody leads."""
+    stack.kube.forbidden.update({("leases", "get"), ("leases", "update"), ("leases", "create")})
+    firing(stack, "PlannerLeaderMissing", 40)
+    assert "PlannerLeaderDuplicated" not in stack.alerts()
+
+
+def test_a_stopped_controller_fires_down(stack: Stack) -> None:
+    """Last in the module: it takes the controller down."""
     stack.service.stop_event.set()
     stack.runner.join(15)
     assert not stack.runner.is_alive()
-    wait_until(lambda: "firing" in stack.alerts().get("PlannerControllerDown", set()), 30,
-               lambda: f"PlannerControllerDown firing; alerts now {stack.alerts()}")
+    firing(stack, "PlannerControllerDown", 30)
