@@ -2,8 +2,9 @@
 engines, and the alerts go pending and fire when their condition is made true.
 
 The stack: two `planner emulate` engines (prefill, decode; vLLM names), the decode engine's metrics also
-under each other dialect's names (planner/testing/dialect_exporter.py), and `planner run` in-process with
-the kubernetes actuator and leader election on the fake API server. The policy is made to trip alerts: an
+under each other dialect's names (planner/testing/dialect_exporter.py), `planner route` in front of the
+decode engine, and `planner run` in-process with the kubernetes actuator and leader election on the fake
+API server (the process actuator's panels are only parsed and run: it would start engine processes). The policy is made to trip alerts: an
 SLA no engine meets (burn rate), decode capped at 1 replica while its Deployment holds 2 and the SLA model
 wants more (pinned), and every write to the decode Deployment's scale answered 500 (actuation failing).
 A tick that never returns makes the controller stale, a Lease it cannot renew leaves no leader, stopping
@@ -40,8 +41,9 @@ NS = "llm"
 POLICY = "live"
 MACROS = {"$__rate_interval": "10s", "$__range_s": "30", "$__range": "30s", "$__interval": "2s",
           "$policy": POLICY, "$pool": ".*"}
-# What the stack does not run: the process actuator, `planner route`, and a 409 on a scale write.
-ABSENT = {"process", "router", "conflict", "degraded"}
+# What the stack does not run (the process actuator), does not provoke (a 409 on a scale write), or provokes
+# only later (a missing signal; a replica failing behind the router).
+ABSENT = {"process", "conflict", "degraded", "router-failure"}
 PARAMS = AlertParams(controller_job='component="controller"', evaluation_interval="1s",
                      fast_windows=("5s", "10s"), fast_for="1s", slow_windows=("5s", "15s"), slow_for="1s",
                      down_for="1s", stale_window="10s", pinned_for="2s", actuate_window="10s", actuate_for="1s",
@@ -67,7 +69,7 @@ class Stack:
     prom: LocalPrometheus
     service: Service
     runner: threading.Thread
-    engines: dict[str, object]  # role -> BackgroundServer
+    engines: dict[str, object]  # prefill, decode, router -> BackgroundServer
     exporters: list[FakeHTTP]
     stop: threading.Event
     kube: FakeKube
@@ -114,6 +116,19 @@ def _policy(tmp_path: Path, prom_url: str) -> Path:
     return path
 
 
+def _router(port: int, decode_url: str, tmp: Path) -> object:
+    """`planner route` in front of the decode engine (one aggregated pool)."""
+    from planner.actuators.file_sd import Target as Replica
+    from planner.actuators.file_sd import write_targets
+    from planner.router.app import create_router_app
+    from planner.service.background import BackgroundServer
+    from planner.types import Mode
+
+    path = tmp / "targets.json"
+    write_targets(path, [Replica(decode_url.removeprefix("http://"), "aggregated")])
+    return BackgroundServer(create_router_app(path, Mode.AGGREGATED, read_timeout_s=30), port=port).start()
+
+
 def _engines(ports: dict[str, int]) -> dict[str, object]:
     from planner.emulator.app import create_app, engine_model_for
     from planner.profile import load_profile
@@ -155,12 +170,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require_prometheus()
     tmp = tmp_path_factory.mktemp("live")
     others = [d for d in DIALECTS if d != VLLM.name]
-    ports = {name: free_port() for name in ("prefill", "decode", "controller", *others)}
+    ports = {name: free_port() for name in ("prefill", "decode", "controller", "router", *others)}
     rules = tmp / "rules.yaml"
     rules.write_text(yaml.safe_dump(rule_groups(PARAMS)))
     targets = [Target(ports["prefill"], {"slot": "pre", "pool": "prefill"}),
                Target(ports["decode"], {"slot": "dec", "pool": "decode"}),
                Target(ports["controller"], {"component": "controller"}),
+               Target(ports["router"], {"component": "router"}),
                *[Target(ports[d], {"slot": d, "pool": "decode"}) for d in others]]
     prom = LocalPrometheus(targets, scrape_interval_s=1.0, rule_files=[rules]).start(timeout_s=60)
     kube = FakeKube().start()
@@ -170,6 +186,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         kube.inject(method, "/dec/scale$", status=500)
     stop = threading.Event()
     servers = _engines(ports)
+    servers["router"] = _router(ports["router"], servers["decode"].url, tmp)
     exporters = {d: FakeHTTP(ports[d]) for d in others}
     threads = [threading.Thread(target=_traffic, args=([s.url for s in servers.values()], stop), daemon=True),
                threading.Thread(target=_mirror, args=(servers["decode"].url, exporters, stop), daemon=True)]
@@ -274,6 +291,9 @@ def test_a_missing_engine_fires_not_ready(stack: Stack) -> None:
     degraded = [q.expr for b in all_boards().values() for q in board_queries(b) if q.needs == "degraded"]
     assert degraded
     wait_until(lambda: not _empty(stack, degraded), 30, "the degraded-only panels to show the missing signal")
+    failures = [q.expr for b in all_boards().values() for q in board_queries(b) if q.needs == "router-failure"]
+    assert failures
+    wait_until(lambda: not _empty(stack, failures), 30, "the router's failure panels to show the lost replica")
 
 
 def test_a_lost_lease_fires_leader_missing(stack: Stack) -> None:

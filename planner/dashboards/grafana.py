@@ -17,8 +17,9 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 @dataclass(frozen=True)
 class Query:
     """One PromQL query. ``needs`` names what must run for it to have data beyond a controller and its
-    engines ("process": the process actuator, "router": ``planner route``, "leader": --leader-elect,
-    "conflict": a 409 on a scale write, "degraded": a needed signal missing)."""
+    engines ("process": the process actuator, "router": ``planner route``, "router-failure": a replica
+    failing behind it, "leader": --leader-elect, "conflict": a 409 on a scale write, "degraded": a needed
+    signal missing)."""
 
     expr: str
     legend: str = ""

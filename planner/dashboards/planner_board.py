@@ -159,8 +159,9 @@ def _router() -> Row:
             Query(f"sum by (outcome) (rate({sel(R.requests)}[{RATE}]))", "{{outcome}}", needs="router"),
         ), unit="reqps"),
         Panel("Failed attempts and retries", (
-            Query(f"sum by (pool, kind) (rate({sel(R.errors)}[{RATE}]))", "{{pool}} {{kind}}", needs="router"),
-            Query(f"sum by (pool) (rate({sel(R.retries)}[{RATE}]))", "retries {{pool}}", needs="router"),
+            Query(f"sum by (pool, kind) (rate({sel(R.errors)}[{RATE}]))", "{{pool}} {{kind}}",
+                  needs="router-failure"),
+            Query(f"sum by (pool) (rate({sel(R.retries)}[{RATE}]))", "retries {{pool}}", needs="router-failure"),
         ), unit="ops"),
         Panel("Replicas in rotation and outstanding", (
             Query(sel(R.replicas), "in rotation {{pool}}", needs="router"),
