@@ -146,6 +146,7 @@ OUT_ARGS = {
     ("backtest",): ["--trace", "t.csv", "--profile", str(PROFILE), "--policy", str(EXAMPLE)],
     ("demo",): [],
     ("forecast", "eval"): ["--series", "s.csv"],
+    ("bench", "forecast"): ["--held-out"],
 }
 
 
