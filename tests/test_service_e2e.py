@@ -70,8 +70,10 @@ class Exporter:
         return "\n".join(lines) + "\n"
 
     def vanish(self) -> None:
-        self._stop.set()
+        # The scrape target goes first, the counting after: the other way round, a scrape between the two
+        # sees flat counters (a real drop in load, which the planner may follow) before the series go stale.
         self.http.stop()  # the scrape target is gone: its series go stale
+        self._stop.set()
 
     def stop(self) -> None:
         if not self._stop.is_set():
