@@ -55,7 +55,7 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
         workers: int, command: str) -> dict:
     """Run the suite and write ``out``/suite.json (+ per-scenario reports); returns suite.json's content."""
     global _QUICK, _QUEUE
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     chosen = suite.pick(scenario_names)
     suite.check_traces(chosen, traces_dir)
     policy = suite.scenario_policy()
@@ -70,13 +70,15 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     ctx = mp.get_context("fork")
     _QUEUE = ctx.SimpleQueue()
     results: dict[tuple, Any] = {}
+    cpu_s: dict[tuple, float] = {}
     with ctx.Pool(max(1, min(workers, len(tasks)))) as pool:  # forked before any thread starts
         with _Progress(console, tasks) as bar:
-            for task, value in pool.imap_unordered(_run_task, tasks):
-                results[task] = value
+            for task, value, cpu in pool.imap_unordered(_run_task, tasks):
+                results[task], cpu_s[task] = value, cpu
                 bar.finished(task)
     wall_s = time.perf_counter() - t0
     doc = _document(results, quick, command, wall_s, workers)
+    doc["cpu_s"] = _cpu_summary(cpu_s, workers, time.process_time() - c0)
     _write(doc, out)
     return doc
 
@@ -91,9 +93,29 @@ def _tasks(quick: bool) -> list[tuple]:
     return [("backtest", n) for n in backtests] + points
 
 
-def _run_task(task: tuple) -> tuple[tuple, Any]:
-    if task[0] == "backtest":
-        return task, _backtest(task[1])
+def _run_task(task: tuple) -> tuple[tuple, Any, float]:
+    """One task in a worker: its result and the CPU seconds it took (on a shared machine the wall time
+    says as much about the other jobs as about this one)."""
+    c0 = time.process_time()
+    value = _backtest(task[1]) if task[0] == "backtest" else _point(task)
+    return task, value, round(time.process_time() - c0, 2)
+
+
+def _cpu_summary(cpu_s: Mapping[tuple, float], workers: int, parent_s: float) -> dict:
+    """CPU seconds per scenario and in all (the parent's loading and writing too), and the wall time they would
+    take on ``workers`` idle cores: the parent's share plus the larger of an even split of the tasks and the
+    longest task."""
+    per: dict[str, float] = {}
+    for task, s in cpu_s.items():
+        per[task[1]] = round(per.get(task[1], 0.0) + s, 2)
+    tasks = sum(cpu_s.values())
+    longest = max(cpu_s.values(), default=0.0)
+    return {"total": round(tasks + parent_s, 1), "parent": round(parent_s, 1), "per_scenario": per,
+            "longest_task": round(longest, 1),
+            "idle_cores_wall_estimate": round(parent_s + max(tasks / max(1, workers), longest), 1)}
+
+
+def _point(task: tuple) -> dict:
     _, name, policy, value = task
     job = _JOBS.get(name)
     if job is None:
@@ -102,7 +124,7 @@ def _run_task(task: tuple) -> tuple[tuple, Any]:
         job = _JOBS[name] = SweepJob(context, config, None, knobs(inp.policy, _QUICK))
     _, entry = run_point(job, (policy, value))
     _send(("point", name))
-    return task, entry
+    return entry
 
 
 def _backtest(name: str) -> dict:

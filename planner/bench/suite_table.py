@@ -19,9 +19,15 @@ def render(console: Console, doc: dict) -> None:
         checks = sc["report"].get("checks", {})
         if not checks.get("lower_bound_le_offline", True) or checks.get("policies_dominating_offline"):
             console.print(f"[bold red]{name}: BROKEN YARDSTICK[/] {checks}")
-    minutes, seconds = divmod(doc["wall_s"], 60)
-    console.print(f"wall time: {int(minutes)} min {seconds:.0f} s on {doc['workers']} worker processes "
-                  f"({doc['cpu_count']} cores){' (quick)' if doc['quick'] else ''}")
+    cpu = doc.get("cpu_s", {})
+    console.print(f"wall time: {_min_s(doc['wall_s'])} on {doc['workers']} worker processes ({doc['cpu_count']} cores)"
+                  f"{' (quick)' if doc['quick'] else ''}; CPU {_min_s(cpu.get('total', 0.0))} in all, "
+                  f"{_min_s(cpu.get('idle_cores_wall_estimate', 0.0))} on {doc['workers']} idle cores")
+
+
+def _min_s(seconds: float) -> str:
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)} min {rest:.0f} s"
 
 
 def results_table(doc: dict) -> Table:
