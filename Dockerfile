@@ -35,7 +35,11 @@ LABEL org.opencontainers.image.title="planner" \
 RUN groupadd --system --gid 65532 planner \
     && useradd --system --uid 65532 --gid 65532 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin planner
 COPY --from=build /opt/planner /opt/planner
+# Shipped model configs and the GPU table, for `planner serve`/`planner init` (profile requests by model name).
+COPY profiles/hardware.yaml /opt/planner/share/profiles/hardware.yaml
+COPY profiles/models /opt/planner/share/profiles/models
 ENV PATH=/opt/planner/bin:$PATH \
+    PLANNER_DATA_DIR=/opt/planner/share/profiles \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \

@@ -11,7 +11,20 @@ import click
 import typer
 from rich.console import Console
 
-from planner.commands import bench, decide, demo, emulate, forecast, observe, profile, service, sim
+from planner.commands import (
+    bench,
+    decide,
+    demo,
+    emulate,
+    forecast,
+    init,
+    observe,
+    profile,
+    route,
+    serve,
+    service,
+    sim,
+)
 from planner.errors import InfeasibleError, UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -20,6 +33,7 @@ bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print measured f
 app.add_typer(bench_app, name="bench")
 
 # Registration order is the order `planner --help` lists the commands in.
+init.register(app)
 profile.register(app)
 sim.register(app)
 decide.register(app)
@@ -27,6 +41,8 @@ forecast.register(app)
 observe.register(app)
 emulate.register(app)
 service.register(app)
+route.register(app)
+serve.register(app)
 demo.register(app)
 bench.register(bench_app)
 

@@ -6,8 +6,9 @@ Field names follow HPA's behaviour vocabulary so operators need no new concepts.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -128,8 +129,43 @@ class MetricsConfig(_Strict):
         return _one_of("metrics dialect", dialect, dialect_names())
 
 
+PORT_PLACEHOLDER = "{port}"
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+def _engine_command(command: list[str] | None) -> list[str] | None:
+    if command is None:
+        return None
+    if not command or not command[0]:
+        raise ValueError("must be a non-empty list: the program, then its arguments")
+    if not any(PORT_PLACEHOLDER in arg for arg in command):
+        raise ValueError(f"no {PORT_PLACEHOLDER} in it: every replica needs its own port (e.g. --port, \"{{port}}\")")
+    return command
+
+
+class ProcessPoolConfig(_Strict):
+    """Kind process, one pool: its own command (e.g. prefill and decode with different KV roles), more env."""
+
+    command: list[str] | None = None  # None: actuator.command
+    env: dict[str, str] = Field(default_factory=dict)  # added to actuator.env
+
+    _command = field_validator("command")(_engine_command)
+
+
 class ActuatorConfig(_Strict):
     kind: str = "kubernetes"  # one of planner/actuators/registry.py
+    # Kind process only (planner/actuators/process.py): engine replicas as local processes.
+    command: list[str] | None = None  # "{port}" and "{pool}" substituted in every argument
+    port_range: tuple[Port, Port] | None = None  # [first, last], inclusive
+    env: dict[str, str] = Field(default_factory=dict)
+    pools: dict[str, ProcessPoolConfig] = Field(default_factory=dict)
+    drain_s: float = Field(30.0, ge=0.0, le=3600.0)
+    stop_grace_s: float = Field(10.0, gt=0.0, le=600.0)
+    ready_timeout_s: float = Field(600.0, gt=0.0, le=7200.0)
+    state_dir: str | None = None  # None: <temp dir>/planner-<policy name>; relative: to the policy's folder
+    router_url: str | None = None
+
+    _command = field_validator("command")(_engine_command)
 
     @field_validator("kind")
     @classmethod
@@ -137,6 +173,29 @@ class ActuatorConfig(_Strict):
         from planner.actuators.registry import names  # light: constructors load their modules when called
 
         return _one_of("actuator kind", kind, names())
+
+    @field_validator("port_range")
+    @classmethod
+    def _ordered(cls, ports: tuple[int, int] | None) -> tuple[int, int] | None:
+        if ports is not None and ports[0] > ports[1]:
+            raise ValueError(f"first port {ports[0]} must be <= last port {ports[1]}")
+        return ports
+
+    @model_validator(mode="after")
+    def _process_fields(self) -> ActuatorConfig:
+        if self.kind == "process":
+            if self.port_range is None:
+                raise ValueError("actuator.port_range is required for kind process: [first, last] ports")
+            return self
+        defaults = ActuatorConfig.model_construct()
+        used = [f for f in PROCESS_FIELDS if getattr(self, f) != getattr(defaults, f)]
+        if used:
+            raise ValueError(f"actuator.{used[0]} is used only by kind process (kind is {self.kind!r})")
+        return self
+
+
+PROCESS_FIELDS = ("command", "port_range", "env", "pools", "drain_s", "stop_grace_s", "ready_timeout_s",
+                  "state_dir", "router_url")
 
 
 class Policy(_Strict):
@@ -160,6 +219,21 @@ class Policy(_Strict):
         missing = [p.value for p in self.mode.pools if getattr(self.pools, p) is None]
         if missing:
             raise ValueError(f"mode {self.mode.value} needs pools.{' and pools.'.join(missing)}")
+        return self
+
+    @model_validator(mode="after")
+    def _process_pools(self) -> Policy:
+        a = self.actuator
+        pools = [p.value for p in self.mode.pools]
+        unknown = [p for p in a.pools if p not in pools]
+        if unknown:
+            raise ValueError(f"actuator.pools.{unknown[0]}: not a pool of mode {self.mode.value}; allowed: "
+                             f"{', '.join(pools)}")
+        if a.kind == "process":
+            lacking = [p for p in pools if a.command is None and (a.pools.get(p) is None or a.pools[p].command is None)]
+            if lacking:
+                raise ValueError(f"actuator.command is required for kind process (or actuator.pools.{lacking[0]}"
+                                 ".command for each pool)")
         return self
 
     def pool_names(self) -> tuple[Pool, ...]:
@@ -194,12 +268,24 @@ def parse_policy(data: Any, source: str = "<policy>", base_dir: Path | None = No
         policy = Policy.model_validate(data)
     except ValidationError as exc:
         raise UserError(_format_error(source, exc)) from None
+    if base_dir is not None:
+        policy = _resolve_state_dir(policy, base_dir)
     if base_dir is not None and not Path(policy.profile).is_absolute():
         # A relative profile path is resolved against the policy file's folder, then the working dir.
         for candidate in (base_dir / policy.profile, base_dir.parent / policy.profile):
             if candidate.exists():
                 return policy.model_copy(update={"profile": str(candidate)})
     return policy
+
+
+def _resolve_state_dir(policy: Policy, base_dir: Path) -> Policy:
+    """A relative ``actuator.state_dir`` is the policy folder's: `planner run` and `planner route` read the
+    same policy from anywhere and must meet in the same files."""
+    state_dir = policy.actuator.state_dir
+    if state_dir is None or Path(state_dir).is_absolute():
+        return policy
+    actuator = policy.actuator.model_copy(update={"state_dir": os.path.normpath(base_dir / state_dir)})
+    return policy.model_copy(update={"actuator": actuator})
 
 
 def load_policy(path: str | Path) -> Policy:

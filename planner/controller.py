@@ -20,7 +20,7 @@ from planner.decide.demand import ISL_SOURCES, OSL_SOURCES
 from planner.errors import UserError
 from planner.forecast import Forecaster, LastValue, make_forecaster
 from planner.profile import Profile
-from planner.types import Decision, Forecast, LoadForecast, Mode, NoData, Observation, Pool, Reason
+from planner.types import Decision, Forecast, LengthMix, LoadForecast, Mode, NoData, Observation, Pool, Reason
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Sample:
     rate_rps: float
     isl_tokens: float  # NaN when no request started in the window
     osl_tokens: float
+    isl_buckets: tuple[tuple[float, float], ...] = ()  # the window's prompt-length histogram (may be empty)
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -56,7 +57,26 @@ def sample_of(policy: Policy, obs: Observation) -> Sample | None:
                 return float(v)
         return math.nan
 
-    return Sample(obs.at_s, arrivals.rate_rps, mean("isl_mean", ISL_SOURCES), mean("osl_mean", OSL_SOURCES))
+    return Sample(obs.at_s, arrivals.rate_rps, mean("isl_mean", ISL_SOURCES), mean("osl_mean", OSL_SOURCES),
+                  arrivals.isl_buckets)
+
+
+# The prompt-length mix's shape is taken from this much recent history: long enough that a window of few
+# requests does not swing it, short enough to follow a change of workload within a few minutes.
+MIX_HISTORY_S = 600.0
+
+
+def recent_mix(history: Sequence[Sample], span_s: float = MIX_HISTORY_S) -> LengthMix | None:
+    """The prompt-length mix of the requests started over the last ``span_s`` of history (None: unknown)."""
+    if not history:
+        return None
+    since = history[-1].at_s - span_s
+    counts: dict[float, float] = {}
+    for sample in history:
+        if sample.at_s > since:
+            for bound, n in sample.isl_buckets:
+                counts[bound] = counts.get(bound, 0.0) + n
+    return LengthMix.from_buckets(tuple(counts.items()))
 
 
 class LoadForecaster(Protocol):
@@ -118,7 +138,8 @@ class HistoryForecast:
         span_s = history[-1].at_s - history[0].at_s
         if span_s < self.horizons_s[1] and out[0].ok:
             out[0] = replace(out[0], ok=False, reason=f"history spans {span_s:.0f} s < horizon {self.horizons_s[1]:.0f} s")
-        return LoadForecast(*out), fell_back
+        rate, isl, osl, prefill_tps, decode_tps = out
+        return LoadForecast(rate, isl, osl, prefill_tps, decode_tps, recent_mix(history)), fell_back
 
 
 class PlannerController:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -206,6 +207,13 @@ def load_profile(path: str | Path) -> Profile:
 
 
 def save_profile(profile: Profile, path: str | Path) -> None:
+    """Write whole or not at all: a temporary file beside the target, renamed over it (atomic on POSIX), so an
+    interrupted write never leaves half a profile where a reader (or a re-run) would find it."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(profile.to_json() + "\n")
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(profile.to_json() + "\n")
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)

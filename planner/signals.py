@@ -15,17 +15,30 @@ from dataclasses import dataclass
 
 from planner.types import NoData, Observation
 
-# Per pool: what the decision needs. Latencies and token means are *good* when measured or when there was
-# nothing to measure (zero requests): "no traffic" is not a missing signal.
-POOL_SIGNALS = ("rate", "isl", "osl", "ttft", "itl")
+# Per pool: only what that pool's sizing uses. Prefill is sized from its arrival rate, prompt length and
+# TTFT; decode from output length, ITL and what runs (running requests / KV, present whenever the pool is:
+# the source refuses a pool without its running gauge); an aggregated pool from all of them. A prefill
+# engine of the usual P/D setup serves max_tokens=1 and exports no ITL, so asking prefill for ITL would keep
+# readiness down for good. Latencies and token means are *good* when measured or when there was nothing to
+# measure (zero requests): "no traffic" is not a missing signal.
+POOL_SIGNALS = ("rate", "isl", "osl", "ttft", "itl", "running")
+SIGNALS_BY_POOL: dict[str, tuple[str, ...]] = {
+    "prefill": ("rate", "isl", "ttft"),
+    "decode": ("rate", "osl", "itl", "running"),
+    "aggregated": POOL_SIGNALS,
+}
 
 
 def signal_name(pool: str, signal: str) -> str:
     return f"{pool}/{signal}"
 
 
+def pool_signals(pool: str) -> tuple[str, ...]:
+    return SIGNALS_BY_POOL.get(str(pool), POOL_SIGNALS)
+
+
 def required_signals(pools: Iterable[str]) -> tuple[str, ...]:
-    return tuple(signal_name(p, s) for p in pools for s in POOL_SIGNALS)
+    return tuple(signal_name(p, s) for p in pools for s in pool_signals(p))
 
 
 def signals_present(observation: Observation | NoData, pools: Iterable[str]) -> dict[str, bool]:
@@ -39,8 +52,9 @@ def signals_present(observation: Observation | NoData, pools: Iterable[str]) -> 
             "osl": obs is not None and (obs.osl_mean is not None or idle),
             "ttft": obs is not None and (obs.ttft_ms_p95 is not None or idle),
             "itl": obs is not None and (obs.itl_ms_p95 is not None or idle),
+            "running": obs is not None,
         }
-        out.update({signal_name(pool, k): v for k, v in values.items()})
+        out.update({signal_name(pool, k): values[k] for k in pool_signals(pool)})
     return out
 
 

@@ -2,8 +2,9 @@
 
 Units follow Prometheus conventions (seconds, ratios); label values are bounded: ``policy`` and ``pool``
 come from the policy file, ``reason`` from the closed Reason enum, ``kind`` from ERROR_KINDS, ``signal``
-from the missing-signal detector's fixed list. A value the planner does not have (no observation, no
-prediction) *removes* the series instead of writing 0: a dashboard then shows a gap, never a fake zero.
+from the missing-signal detector's fixed list (ttft or itl for the resolution ratio). A value the planner
+does not have (no observation, no prediction) *removes* the series instead of writing 0: a dashboard then
+shows a gap, never a fake zero.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from planner.signals import SignalStatus
 from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason
 
-ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + ("forecast", "decide", "actuate", "internal")
+# leader: the Lease cannot be taken or renewed (403, unreachable) or a write was refused because it may have
+# expired; seed: the targets' spec.replicas could not be read before the first decision; event: a Kubernetes
+# Event could not be created.
+ERROR_KINDS = tuple(f"no_data_{r.value}" for r in NoDataReason) + (
+    "forecast", "decide", "actuate", "leader", "seed", "event", "internal")
+REPLICA_STATES = ("starting", "ready", "draining")
+ENGINE_EVENTS = ("launched", "ready", "start_timeout", "start_failed", "crashed", "port_taken", "no_free_port",
+                 "drained", "drain_timeout", "killed")
+ROUTER_OUTCOMES = ("ok", "client_error", "failed")
+ROUTER_ERRORS = ("connect", "upstream_5xx", "timeout", "mid_stream", "no_replica")
 TICK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -44,6 +54,11 @@ class PlannerMetrics:
                                    "mean.", [*pp, "stat"], registry=r)
         self.observed_itl = Gauge("planner_observed_itl_seconds", "Observed ITL; stat is p50, p95 or mean.",
                                   [*pp, "stat"], registry=r)
+        self.signal_resolution_ratio = Gauge("planner_signal_resolution_ratio", "Width of the latency "
+                                             "histogram's bucket that holds the SLA target, over the target: the "
+                                             "relative error of a p95 read there; above 0.25 the p95 is unresolved "
+                                             "(+Inf: the target is past the last bucket). signal is ttft or itl.",
+                                             [*pp, "signal"], registry=r)
         self.predicted_ttft = Gauge("planner_predicted_ttft_seconds", "TTFT the profile predicts for the "
                                     "chosen sizes (pool=\"all\": end to end).", pp, registry=r)
         self.predicted_itl = Gauge("planner_predicted_itl_seconds", "ITL the profile predicts for the chosen "
@@ -65,9 +80,39 @@ class PlannerMetrics:
         self.read_duration = Histogram("planner_observation_read_seconds", "Duration of one metrics read.",
                                        ["policy"], buckets=TICK_BUCKETS_S, registry=r)
         self.errors = Counter("planner_errors", "Errors by kind.", ["policy", "kind"], registry=r)
+        # Actuator kind process: the engine processes it runs (state from REPLICA_STATES, event from ENGINE_EVENTS).
+        self.engine_replicas = Gauge("planner_engine_replicas", "Local engine replicas of the process actuator "
+                                     "by state (starting, ready, draining).", [*pp, "state"], registry=r)
+        self.engine_events = Counter("planner_engine_events", "Process actuator events by kind (launched, ready, "
+                                     "start_timeout, start_failed, crashed, port_taken, ...).", [*pp, "event"],
+                                     registry=r)
+        self.leader = Gauge("planner_leader", "1 while this controller holds the Lease and acts, 0 while it "
+                            "stands by (absent without --leader-elect).", ["policy"], registry=r)
+        self.actuation_conflicts = Counter("planner_actuation_conflicts", "Scale writes answered 409 Conflict "
+                                           "(re-read before writing again).", pp, registry=r)
 
     def family_names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.registry.collect())
+
+
+class RouterMetrics:
+    """What `planner route` exports on its own /metrics (labels: endpoint completions|chat, pool, replica
+    host:port from the actuator's port_range, outcome from ROUTER_OUTCOMES, kind from ROUTER_ERRORS)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("planner_router_requests", "Requests the router answered, by endpoint and "
+                                "outcome (ok, client_error: the engine's 4xx passed on, failed).",
+                                ["endpoint", "outcome"], registry=r)
+        self.errors = Counter("planner_router_errors", "Failed attempts on a replica, by pool and kind "
+                              "(connect, upstream_5xx, timeout, mid_stream, no_replica).", ["pool", "kind"],
+                              registry=r)
+        self.retries = Counter("planner_router_retries", "Attempts sent to another replica after one failed.",
+                               ["pool"], registry=r)
+        self.outstanding = Gauge("planner_router_outstanding", "Requests in flight on each replica through "
+                                 "the router.", ["pool", "replica"], registry=r)
+        self.replicas = Gauge("planner_router_replicas", "Replicas in rotation.", ["pool"], registry=r)
 
 
 def exported_series_names(metrics: PlannerMetrics | None = None) -> frozenset[str]:
@@ -147,6 +192,11 @@ def record_observation(metrics: PlannerMetrics, policy: str, observation: Observ
                                 ("mean", o.ttft_ms_mean, o.itl_ms_mean)):
             _set(metrics.observed_ttft, {**labels, "stat": stat}, ttft, 1e-3)
             _set(metrics.observed_itl, {**labels, "stat": stat}, itl, 1e-3)
+        for signal, ratio in (("ttft", o.ttft_p95_resolution), ("itl", o.itl_p95_resolution)):
+            if ratio is None:  # not assessed: no series rather than a made-up value
+                _set(metrics.signal_resolution_ratio, {**labels, "signal": signal}, None)
+            else:  # +Inf is a value here (no bucket resolves the target), not a missing one
+                metrics.signal_resolution_ratio.labels(**labels, signal=signal).set(ratio)
         if decision is not None and pool in decision.pools and o.ready_replicas is not None:
             gpus += o.ready_replicas * decision.pools[pool].gpus_per_replica
         else:

@@ -83,6 +83,21 @@ class PoolObservation:
     ready_replicas: int | None = None
     # Requests that finished in the window (frontend view, the same on every pool); None: the source can't tell.
     completed: Completions | None = None
+    # Prompt lengths of the requests started in the window as histogram buckets: (upper bound in tokens,
+    # requests in that bucket, not cumulative; the last bound may be inf), as engines export them
+    # (vllm:request_prompt_tokens). Empty: the source can't tell.
+    isl_buckets: tuple[tuple[float, float], ...] = ()
+    # How finely the latency histograms resolve the SLA targets (planner/sources/resolution.py): the bucket
+    # (lower, upper] in ms that holds the target (upper inf past the last bound), its width over the target
+    # (the relative error a p95 read there can have), and whether that width is within 25 % of the target.
+    # Unresolved: use the exact mean rather than the p95. None: not assessed (no target or no bucket series
+    # given to the source, or a source whose quantiles are exact, like the simulator).
+    ttft_p95_bracket_ms: tuple[float, float] | None = None
+    ttft_p95_resolution: float | None = None
+    ttft_p95_resolved: bool | None = None
+    itl_p95_bracket_ms: tuple[float, float] | None = None
+    itl_p95_resolution: float | None = None
+    itl_p95_resolved: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("requests", "rate_rps", "queue", "running"):
@@ -156,6 +171,60 @@ class Forecast:
         return self.quantiles[lo] + w * (self.quantiles[hi] - self.quantiles[lo])
 
 
+def buckets_1_2_5(max_value: float) -> tuple[float, ...]:
+    """Histogram bounds 1, 2, 5, 10, 20, 50, ... up to ``max_value``: vLLM's build_1_2_5_buckets, which its
+    prompt- and generation-length histograms use."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = m * 10**exponent
+            if value > max_value:
+                return tuple(float(v) for v in out)
+            out.append(value)
+        exponent += 1
+
+
+@dataclass(frozen=True)
+class LengthMix:
+    """A distribution of prompt lengths: representative lengths (tokens) with weights summing to 1.
+
+    Built from histogram buckets (``from_buckets``, log-uniform inside each bucket: the 1-2-5 buckets engines
+    use are evenly spaced on a log scale); ``scaled_to`` then moves the whole mix to an exact mean (engines
+    export the exact sum/count), so only the shape comes from the coarse buckets.
+    """
+
+    tokens: tuple[float, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def from_buckets(cls, buckets: tuple[tuple[float, float], ...], points: int = 4) -> LengthMix | None:
+        """Each bucket (lo, hi] as ``points`` lengths spread evenly on a log scale inside it (a 1-2-5 bucket
+        spans 2-2.5x: one middle point would put a whole (20k, 50k] bucket on either side of a TTFT target);
+        the +inf bucket as ``points`` lengths from its lower bound to twice it."""
+        total = sum(n for _, n in buckets if n > 0)
+        if total <= 0:
+            return None
+        tokens, weights, lo = [], [], 0.0
+        for hi, n in sorted(buckets):
+            if n > 0:
+                low = max(lo, 1.0) if lo > 0 else max(hi / 2.0, 1.0)
+                high = 2.0 * low if math.isinf(hi) else hi
+                for i in range(points):
+                    tokens.append(low * (high / low) ** ((i + 0.5) / points))
+                    weights.append(n / total / points)
+            lo = hi
+        return cls(tuple(tokens), tuple(weights))
+
+    @property
+    def mean(self) -> float:
+        return sum(t * w for t, w in zip(self.tokens, self.weights, strict=True))
+
+    def scaled_to(self, mean: float) -> LengthMix:
+        k = mean / self.mean if self.mean > 0 else 1.0
+        return LengthMix(tuple(t * k for t in self.tokens), self.weights)
+
+
 @dataclass(frozen=True)
 class LoadForecast:
     rate_rps: Forecast
@@ -166,6 +235,9 @@ class LoadForecast:
     # rate quantile x mean length misses the length's share of a surge. None: size from the rate quantile.
     prefill_tokens_per_s: Forecast | None = None
     decode_tokens_per_s: Forecast | None = None
+    # The shape of the prompt-length distribution over the horizon (its mean is ``isl_tokens``); None: unknown,
+    # and the decision assumes exponential lengths around the mean.
+    isl_mix: LengthMix | None = None
 
 
 # ---------------------------------------------------------------------------------------------- decision

@@ -1,10 +1,20 @@
-"""Shared test fixtures: paths to the repository, shipped data and the shared/ folder beside the repo."""
+"""Shared test fixtures: paths to the repository, shipped data, the shared/ folder beside the repo, and the
+vLLM CPU engine (environment + tiny model, made once per session; one aggregated server shared by every
+engine test module that needs one)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from engine_fixtures import Ledger
+
+if TYPE_CHECKING:
+    from planner.testing.vllm_server import VllmServer
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -20,3 +30,61 @@ def shared() -> Path:
     if not SHARED.exists():
         pytest.skip(f"shared data folder {SHARED} not present")
     return SHARED
+
+
+@dataclass(frozen=True)
+class VllmEngine:
+    """The vLLM CPU build's Python and a tiny local model (tests start servers with VllmServer)."""
+
+    python: Path
+    model_dir: Path
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> VllmEngine:
+    """Made once per machine (cached under PLANNER_CACHE_DIR, ~3 min and ~3.4 GB the first time)."""
+    from planner.testing.vllm_cpu import EngineEnvError, ensure_env, make_tiny_model
+
+    try:
+        python = ensure_env()
+        model = make_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"), python)
+    except EngineEnvError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but the vLLM CPU environment could not be made: {exc}")
+        pytest.skip(f"vLLM CPU environment unavailable: {exc}")
+    return VllmEngine(python, model)
+
+
+class SharedVllm:
+    """One aggregated vLLM server for the session, started on first use (~1 min on 2 cores) and stopped at
+    the end, or earlier by a module that needs the cores (the disaggregated pair). ``ledger`` holds every
+    request any test sent to it, so cumulative metrics can be checked against all of them; a restarted
+    server starts a new ledger, as its counters start from zero."""
+
+    def __init__(self, engine: VllmEngine, log_dir: Path) -> None:
+        self.engine = engine
+        self.log_dir = log_dir
+        self.server: VllmServer | None = None
+        self.ledger = Ledger()
+
+    def get(self) -> VllmServer:
+        from planner.testing.vllm_server import VllmServer
+
+        if self.server is None:
+            self.server = VllmServer(self.engine.python, self.engine.model_dir, cpus="0", log_dir=self.log_dir).start()
+            self.ledger = Ledger()
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+@pytest.fixture(scope="session")
+def shared_vllm(vllm_engine: VllmEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVllm]:
+    holder = SharedVllm(vllm_engine, tmp_path_factory.mktemp("vllm-log"))
+    try:
+        yield holder
+    finally:
+        holder.stop()

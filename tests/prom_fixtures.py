@@ -172,31 +172,35 @@ def fake_http() -> Iterator[Callable[..., FakeHTTP]]:
 
 def vllm_exposition(*, running: float = 0, waiting: float = 0, success: float = 0, kv: float = 0.0,
                     prompt_sum: float = 0, prompt_count: float = 0, ttft: tuple[float, ...] = (),
-                    itl: tuple[float, ...] = ()) -> str:
-    """A minimal vLLM /metrics text with every series the vllm dialect reads."""
-    labels = 'model_name="m",engine="0"'
+                    itl: tuple[float, ...] = (), engines: tuple[str, ...] = ("0",),
+                    ttft_bounds: tuple[float, ...] = (0.1, 0.5, 1.0),
+                    itl_bounds: tuple[float, ...] = (0.01, 0.05, 0.1)) -> str:
+    """A minimal vLLM /metrics text with every series the vllm dialect reads, once per engine in ``engines``
+    (vLLM with data parallelism exports one series per engine on one /metrics)."""
+    per = [f'model_name="m",engine="{e}"' for e in engines]
+
+    def series(name: str, value: float, extra: str = "") -> list[str]:
+        return [f"{name}{{{labels}{extra}}} {value}" for labels in per]
 
     def hist(name: str, values: tuple[float, ...], bounds: tuple[float, ...]) -> list[str]:
         lines = [f"# TYPE {name} histogram"]
         for b in (*bounds, float("inf")):
             le = "+Inf" if b == float("inf") else repr(b)
-            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {sum(1 for v in values if v <= b)}')
-        lines += [f"{name}_sum{{{labels}}} {sum(values)}", f"{name}_count{{{labels}}} {len(values)}"]
-        return lines
+            lines += series(f"{name}_bucket", sum(1 for v in values if v <= b), f',le="{le}"')
+        return lines + series(f"{name}_sum", sum(values)) + series(f"{name}_count", len(values))
 
     lines = [
-        "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} {running}",
-        "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{labels}}} {waiting}",
-        "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{labels}}} {kv}",
+        "# TYPE vllm:num_requests_running gauge", *series("vllm:num_requests_running", running),
+        "# TYPE vllm:num_requests_waiting gauge", *series("vllm:num_requests_waiting", waiting),
+        "# TYPE vllm:kv_cache_usage_perc gauge", *series("vllm:kv_cache_usage_perc", kv),
         "# TYPE vllm:request_success_total counter",
-        f'vllm:request_success_total{{{labels},finished_reason="length"}} {success}',
+        *series("vllm:request_success_total", success, ',finished_reason="length"'),
         "# TYPE vllm:request_prompt_tokens histogram",
-        f"vllm:request_prompt_tokens_sum{{{labels}}} {prompt_sum}",
-        f"vllm:request_prompt_tokens_count{{{labels}}} {prompt_count}",
+        *series("vllm:request_prompt_tokens_sum", prompt_sum), *series("vllm:request_prompt_tokens_count", prompt_count),
         "# TYPE vllm:request_generation_tokens histogram",
-        f"vllm:request_generation_tokens_sum{{{labels}}} {prompt_sum}",
-        f"vllm:request_generation_tokens_count{{{labels}}} {prompt_count}",
-        *hist("vllm:time_to_first_token_seconds", ttft, (0.1, 0.5, 1.0)),
-        *hist("vllm:inter_token_latency_seconds", itl, (0.01, 0.05, 0.1)),
+        *series("vllm:request_generation_tokens_sum", prompt_sum),
+        *series("vllm:request_generation_tokens_count", prompt_count),
+        *hist("vllm:time_to_first_token_seconds", ttft, ttft_bounds),
+        *hist("vllm:inter_token_latency_seconds", itl, itl_bounds),
     ]
     return "\n".join(lines) + "\n"

@@ -70,8 +70,9 @@ CASES = [
          {"prefill": (13, {SLA, R.SLA_INFEASIBLE}), "decode": (2, {SLA})}),
     Case("itl-infeasible", free_policy(sla={"itl_ms": 5}), observation(0, 50), load_forecast(50),
          {"prefill": (8, {SLA}), "decode": (167, {SLA, R.SLA_INFEASIBLE})}),
+    # 30k-token prompts: each chunk attends to the prompt's prefix (EngineModel.prefill_s), 38 replicas
     Case("long-context-kv-bound", FREE, observation(0, 5), load_forecast(5, isl=30000, osl=2000),
-         {"prefill": (29, {SLA, R.SLA_INFEASIBLE}), "decode": (18, {SLA, R.KV_BOUND})}),
+         {"prefill": (38, {SLA, R.SLA_INFEASIBLE}), "decode": (18, {SLA, R.KV_BOUND})}),
     Case("no-data-holds", FREE, NoData(NoDataReason.TIMEOUT, "prometheus timed out", 0.0), None,
          {"prefill": (6, {R.NO_DATA_HOLD}), "decode": (4, {R.NO_DATA_HOLD})}, state=held(6, 4)),
     Case("stale-observation-holds", FREE, observation(-1000, 0), load_forecast(0),

@@ -52,7 +52,8 @@ def test_completion_usage_and_text(server: BackgroundServer) -> None:
     r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "one two  three\nfour", "max_tokens": 6})
     body = r.json()
     assert r.status_code == 200 and body["object"] == "text_completion" and body["model"] == "qwen3-0.6b"
-    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
+    usage = body["usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == (4, 6, 10)
     assert len(body["choices"][0]["text"].split()) == 6 and body["choices"][0]["finish_reason"] == "length"
 
 
@@ -64,18 +65,35 @@ def test_chat_completion_counts_every_message(server: BackgroundServer) -> None:
     assert len(body["choices"][0]["message"]["content"].split()) == 3
 
 
+def chunk_texts(chunks: list[dict]) -> list[str]:
+    return [c["choices"][0].get("text") or c["choices"][0].get("delta", {}).get("content") or ""
+            for c in chunks if c["choices"]]
+
+
 @pytest.mark.parametrize("usage", [True, False], ids=["with-usage", "without-usage"])
 def test_completion_stream(server: BackgroundServer, usage: bool) -> None:
     body = {"prompt": "a b c", "max_tokens": 4, "stream": True, "stream_options": {"include_usage": usage}}
     events = sse(server.url, "/v1/completions", body)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
-    texts = [c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is None]
-    assert len(texts) == 4 and all(t.startswith(" ") for t in texts)
-    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
-    assert [f["choices"][0]["finish_reason"] for f in finals] == ["length"]
+    content = [c for c in chunks if c["choices"]]
+    # Tokens that queue up while the client is slow share a chunk (as in vLLM): count words, not chunks.
+    assert len("".join(chunk_texts(content)).split()) == 4 and all(chunk_texts(content))
+    # The finish reason rides on the last token's chunk: no extra empty chunk after it.
+    assert [c["choices"][0]["finish_reason"] for c in content] == [None] * (len(content) - 1) + ["length"]
     usage_chunks = [c["usage"] for c in chunks if "usage" in c]
-    assert usage_chunks == ([{"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}] if usage else [])
+    assert usage_chunks == ([{"prompt_tokens": 3, "total_tokens": 7, "completion_tokens": 4}] if usage else [])
+    assert ("system_fingerprint" in chunks[-1]) and sum("system_fingerprint" in c for c in chunks) == 1
+
+
+def test_continuous_usage_counts_every_chunk(server: BackgroundServer) -> None:
+    body = {"prompt": [11, 12, 13, 14, 15], "max_tokens": 6, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    chunks = [json.loads(e) for e in sse(server.url, "/v1/completions", body)[:-1]]
+    running = [c["usage"]["completion_tokens"] for c in chunks if c["choices"]]
+    words = [len(t.split()) for t in chunk_texts(chunks)]
+    assert running == [sum(words[: i + 1]) for i in range(len(words))] and running[-1] == 6
+    assert all(c["usage"]["prompt_tokens"] == 5 for c in chunks)  # a token-id prompt counts its ids
 
 
 def test_chat_stream_deltas(server: BackgroundServer) -> None:
@@ -83,26 +101,43 @@ def test_chat_stream_deltas(server: BackgroundServer) -> None:
                  {"messages": [{"role": "user", "content": "x y"}], "max_tokens": 3, "stream": True})
     chunks = [json.loads(e) for e in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
-    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    assert sum(1 for c in chunks if c["choices"][0]["delta"].get("content")) == 3
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all("role" not in c["choices"][0]["delta"] for c in chunks[1:])
+    assert len("".join(chunk_texts(chunks)).split()) == 3 and chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
 BAD = [
-    ("no-prompt", "/v1/completions", {"max_tokens": 3}, "prompt"),
-    ("empty-prompt", "/v1/completions", {"prompt": "   "}, "empty"),
-    ("zero-max-tokens", "/v1/completions", {"prompt": "a", "max_tokens": 0}, "max_tokens"),
-    ("string-max-tokens", "/v1/completions", {"prompt": "a", "max_tokens": "5"}, "max_tokens"),
-    ("n-2", "/v1/completions", {"prompt": "a", "n": 2}, "n=1"),
-    ("stream-not-bool", "/v1/completions", {"prompt": "a", "stream": "yes"}, "stream"),
-    ("no-messages", "/v1/chat/completions", {"messages": []}, "messages"),
-    ("bad-content", "/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}, "content"),
+    ("no-prompt", "/v1/completions", {"max_tokens": 3}, 400, "prompt"),
+    ("empty-prompt", "/v1/completions", {"prompt": "   "}, 400, "prompt"),
+    ("empty-id-list", "/v1/completions", {"prompt": []}, 400, "at least one prompt"),
+    ("negative-token-id", "/v1/completions", {"prompt": [3, -1]}, 400, "greater than or equal to 0"),
+    ("two-prompts", "/v1/completions", {"prompt": ["a", "b"]}, 400, "one prompt per request"),
+    ("zero-max-tokens", "/v1/completions", {"prompt": "a", "max_tokens": 0}, 400, "at least 1"),
+    ("max-tokens-over-context", "/v1/completions", {"prompt": "a", "max_tokens": 40_000}, 400, "max_model_len"),
+    ("prompt-over-context", "/v1/completions", {"prompt": list(range(32768))}, 400, "maximum context length"),
+    ("n-2", "/v1/completions", {"prompt": "a", "n": 2}, 400, "n=1"),
+    ("stream-options-without-stream", "/v1/completions", {"prompt": "a", "stream_options": {}}, 400, "stream=True"),
+    ("unknown-model", "/v1/completions", {"prompt": "a", "model": "other"}, 404, "does not exist"),
+    ("no-messages", "/v1/chat/completions", {"messages": []}, 400, "empty conversation"),
+    ("bad-content", "/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}, 400, "content"),
+    ("not-an-object", "/v1/completions", [1, 2], 400, "body"),
 ]
 
 
-@pytest.mark.parametrize(("path", "body", "word"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
-def test_bad_requests_are_400_with_a_message(server: BackgroundServer, path: str, body: dict, word: str) -> None:
+@pytest.mark.parametrize(("path", "body", "status", "word"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_requests_answer_vllm_errors(server: BackgroundServer, path: str, body: object, status: int,
+                                         word: str) -> None:
     r = httpx.post(f"{server.url}{path}", json=body)
-    assert r.status_code == 400 and word in r.json()["error"]["message"]
+    error = r.json()["error"]
+    assert r.status_code == status == error["code"] and word in error["message"], error
+    assert error["type"] == ("NotFoundError" if status == 404 else "BadRequestError")
+
+
+def test_lax_types_are_coerced_as_vllm_does(server: BackgroundServer) -> None:
+    body = httpx.post(f"{server.url}/v1/completions", json={"prompt": "a", "max_tokens": "5"}).json()
+    assert body["usage"]["completion_tokens"] == 5
+    default = httpx.post(f"{server.url}/v1/completions", json={"prompt": "a b"}).json()
+    assert default["usage"]["completion_tokens"] == 16  # the completions API's default
 
 
 def test_invalid_json_is_400(server: BackgroundServer) -> None:
@@ -117,7 +152,15 @@ def test_vllm_metric_names_labels_and_buckets(server: BackgroundServer) -> None:
         assert fams[name].type == "gauge"
     for name in ("vllm:request_success", "vllm:prompt_tokens", "vllm:generation_tokens"):
         assert fams[name].type == "counter"
-    assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="qwen3-0.6b"}' in text
+    reasons = {s.labels["finished_reason"] for s in fams["vllm:request_success"].samples}
+    assert reasons == {"stop", "length", "abort", "error", "repetition"}  # every one of vLLM's, from the start
+    httpx.get(f"{server.url}/v1/models")
+    fams = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text)}
+    assert {"process_cpu_seconds", "process_resident_memory_bytes", "python_info", "python_gc_collections",
+            "http_requests", "http_request_duration_seconds", "http_request_duration_highr_seconds",
+            "http_request_size_bytes", "http_response_size_bytes"} <= set(fams)
+    handlers = {s.labels["handler"] for s in fams["http_requests"].samples}
+    assert "/v1/models" in handlers and "/metrics" not in handlers  # vLLM leaves /metrics, /health, ... out
     for name, bounds in (("vllm:time_to_first_token_seconds", TTFT_BUCKETS_S),
                          ("vllm:inter_token_latency_seconds", ITL_BUCKETS_S)):
         les = [float(s.labels["le"]) for s in fams[name].samples if s.name.endswith("_bucket")]
@@ -138,12 +181,22 @@ def test_counters_follow_what_was_served() -> None:
         assert value(s.url, "vllm:time_to_first_token_seconds_count") == 3
         assert value(s.url, "vllm:inter_token_latency_seconds_count") == 10 - 3  # gaps between tokens
         assert value(s.url, "vllm:num_requests_running") == 0
+        # The families the emulator has no model for stay at their idle values, as vLLM's would.
+        assert value(s.url, "vllm:prefix_cache_queries_total") == 9 and value(s.url, "vllm:prefix_cache_hits_total") == 0
+        assert value(s.url, "vllm:prompt_tokens_by_source_total", source="local_compute") == 9
+        assert value(s.url, "vllm:prompt_tokens_cached_total") == 0 and value(s.url, "vllm:num_preemptions_total") == 0
+        # One observation per finished request, whatever phases it reached (vLLM's update_from_finished_request).
+        for hist in ("request_time_per_output_token_seconds", "request_num_preemptions", "request_params_max_tokens",
+                     "request_prefill_kv_computed_tokens", "request_decode_time_seconds", "request_params_n"):
+            assert value(s.url, f"vllm:{hist}_count") == 3, hist
+        assert value(s.url, "vllm:request_params_max_tokens_sum") == 10
+        assert value(s.url, "vllm:engine_sleep_state", sleep_state="awake") == 1
 
 
 def test_client_disconnect_aborts() -> None:
     app = create_app(engine_model_for(load_profile(PROFILE), "aggregated"), "m", time_scale=0.05)
     with BackgroundServer(app) as s:
-        body = {"prompt": "a b", "max_tokens": 1_000_000, "stream": True}
+        body = {"prompt": "a b", "max_tokens": 30_000, "stream": True}
         with httpx.stream("POST", f"{s.url}/v1/completions", json=body, timeout=30) as r:
             for i, _ in enumerate(r.iter_lines()):
                 if i > 5:
@@ -259,9 +312,53 @@ def test_planner_emulate_serves_over_http() -> None:
             except httpx.TransportError:
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
                 time.sleep(0.1)
-        assert r.json()["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+        assert (r.json()["usage"]["prompt_tokens"], r.json()["usage"]["completion_tokens"]) == (2, 2)
         assert r.json()["model"] == "tiny"
         assert 'model_name="tiny"' in httpx.get(f"http://127.0.0.1:{port}/metrics").text
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# ------------------------------------------------------------------------------ vLLM's other endpoints
+def test_server_endpoints_answer_as_vllm_does(server: BackgroundServer) -> None:
+    from planner.testing.vllm_cpu import VLLM_CPU_VERSION
+
+    assert httpx.get(f"{server.url}/version").json() == {"version": VLLM_CPU_VERSION}  # the vLLM it copies
+    for method in ("GET", "POST"):
+        r = httpx.request(method, f"{server.url}/ping")
+        assert (r.status_code, r.content) == (200, b"")
+    (card,) = httpx.get(f"{server.url}/v1/models").json()["data"]
+    assert (card["id"], card["max_model_len"], card["object"]) == ("qwen3-0.6b", 32768, "model")
+
+
+def test_tokenize_counts_as_the_completions_do(server: BackgroundServer) -> None:
+    text = "count these five words please"
+    got = httpx.post(f"{server.url}/tokenize", json={"prompt": text}).json()
+    served = httpx.post(f"{server.url}/v1/completions", json={"prompt": text, "max_tokens": 1}).json()
+    assert got["count"] == len(got["tokens"]) == served["usage"]["prompt_tokens"] == 5
+    assert got["tokens"] == httpx.post(f"{server.url}/tokenize", json={"prompt": text}).json()["tokens"]  # stable
+    assert httpx.post(f"{server.url}/tokenize", json={"prompt": [7, 8, 9]}).json()["tokens"] == [7, 8, 9]
+    chat = httpx.post(f"{server.url}/tokenize", json={"messages": [{"role": "user", "content": "a b"}]}).json()
+    assert chat["count"] == 2
+    back = httpx.post(f"{server.url}/detokenize", json={"tokens": got["tokens"]}).json()["prompt"]
+    assert httpx.post(f"{server.url}/tokenize", json={"prompt": back}).json()["count"] == 5
+    assert httpx.post(f"{server.url}/tokenize", json={"model": "x"}).status_code == 400
+    assert httpx.post(f"{server.url}/detokenize", json={"tokens": [-1]}).status_code == 400
+
+
+def test_stream_chunks_take_every_token_already_queued() -> None:
+    from planner.emulator.app import _next_tokens
+
+    async def main() -> list[tuple[list[int], bool]]:
+        queue: asyncio.Queue[int | None] = asyncio.Queue()
+        for item in (0, 1, 2):  # three tokens piled up while the client was slow: one chunk
+            queue.put_nowait(item)
+        first = await _next_tokens(queue)
+        for item in (3, None):  # the last token and the end mark arrive in the same engine step
+            queue.put_nowait(item)
+        second = await _next_tokens(queue)
+        queue.put_nowait(None)  # aborted before any token: an empty, finishing chunk
+        return [first, second, await _next_tokens(queue)]
+
+    assert asyncio.run(main()) == [([0, 1, 2], False), ([3], True), ([], True)]

@@ -21,7 +21,7 @@ from planner.profile import load_profile
 from planner.service.background import BackgroundServer
 from planner.sources.prometheus import PrometheusSource
 from planner.testing.local_prometheus import LocalPrometheus
-from planner.types import Decision, NoData, NoDataReason, Observation, PoolDecision, Reason
+from planner.types import Decision, NoData, NoDataReason, Observation, PoolDecision, Reason, buckets_1_2_5
 
 pytestmark = pytest.mark.prometheus
 REPO = Path(__file__).resolve().parent.parent
@@ -89,6 +89,12 @@ def test_observation_matches_what_the_emulators_served(prom_env: PromEnv) -> Non
         assert p.rate_rps == pytest.approx(n / 30.0)
         assert p.isl_mean == pytest.approx(sum(s.prompt_tokens for s in served) / n, rel=1e-12)
         assert p.osl_mean == pytest.approx(sum(s.generation_tokens for s in served) / n, rel=1e-12)
+        # The prompt-length histogram, bucket by bucket: every request in the bucket its length falls in.
+        counts: dict[float, float] = {}
+        for srv in served:
+            le = next(b for b in (*buckets_1_2_5(1 << 20), math.inf) if srv.prompt_tokens <= b)
+            counts[le] = counts.get(le, 0.0) + 1
+        assert dict(p.isl_buckets) == counts
         assert (p.queue, p.running, p.kv_usage, p.ready_replicas) == (0, 0, 0, 1)
         assert p.ttft_ms_mean == pytest.approx(1e3 * sum(engine.ttft_s) / len(engine.ttft_s), rel=1e-9)
         for q, got in ((0.5, p.ttft_ms_p50), (0.95, p.ttft_ms_p95)):
@@ -150,6 +156,42 @@ def test_measured_zero_traffic_is_zero(prom_env: PromEnv) -> None:  # noqa: F811
     p = obs.pools["aggregated"]
     assert (p.requests, p.rate_rps, p.ready_replicas) == (0, 0, 1)
     assert (p.isl_mean, p.osl_mean, p.ttft_ms_p95, p.ttft_ms_mean, p.itl_ms_p50) == (None,) * 5
+
+
+def test_ready_replicas_count_scrape_targets_not_engine_series(prom_env: PromEnv, fake_http) -> None:  # noqa: F811
+    dp, single = prom_env.take(2)
+    fake_http(dp.port, vllm_exposition(engines=("0", "1")))  # one server with data parallelism 2
+    fake_http(single.port, vllm_exposition())
+    both = f'{{slot=~"{dp.name}|{single.name}"}}'
+    prom_env.wait_for(f"count(vllm:num_requests_running{both})", lambda r: bool(r) and float(r[0]["value"][1]) == 3)
+    obs = PrometheusSource(prom_env.url, "vllm", {"dp": dp.selector, "both": both}).read(30.0, time.time())
+    assert isinstance(obs, Observation), obs
+    assert (obs.pools["dp"].ready_replicas, obs.pools["both"].ready_replicas) == (1, 2)  # 2 and 3 engine series
+
+
+def test_resolution_on_vllm_buckets_through_prometheus(prom_env: PromEnv, fake_http) -> None:  # noqa: F811
+    low, high = prom_env.take(2)
+    # Every token gap at 26 ms, or every one at 49 ms: both inside vLLM's (25, 50] ms ITL bucket.
+    for slot, itl_s in ((low, 0.026), (high, 0.049)):
+        fake_http(slot.port, vllm_exposition(success=20, ttft=(0.12,) * 20, itl=(itl_s,) * 200,
+                                             ttft_bounds=TTFT_BUCKETS_S, itl_bounds=ITL_BUCKETS_S))
+        success_total(prom_env, slot.selector, 20)
+    pools = {"low": low.selector, "high": high.selector}
+    tight = PrometheusSource(prom_env.url, "vllm", pools, targets_ms={"ttft": 200.0, "itl": 40.0}).read(30.0, time.time())
+    loose = PrometheusSource(prom_env.url, "vllm", pools, targets_ms={"ttft": 1000.0, "itl": 100.0}).read(30.0,
+                                                                                                          time.time())
+    assert isinstance(tight, Observation) and isinstance(loose, Observation), (tight, loose)
+    lo, hi = tight.pools["low"], tight.pools["high"]
+    # The p95 cannot tell 26 ms from 49 ms (both read the same interpolated value); the means are exact.
+    assert lo.itl_ms_p95 == pytest.approx(hi.itl_ms_p95) and 25 < lo.itl_ms_p95 <= 50
+    assert (lo.itl_ms_mean, hi.itl_ms_mean) == pytest.approx((26, 49))
+    for p in (lo, hi):
+        assert (p.itl_p95_bracket_ms, p.itl_p95_resolved) == ((25, 50), False)
+        assert p.itl_p95_resolution == pytest.approx(0.625)
+        assert (p.ttft_p95_bracket_ms, p.ttft_p95_resolved) == ((100, 250), False)
+    for p in loose.pools.values():
+        assert (p.itl_p95_bracket_ms, p.itl_p95_resolved, p.ttft_p95_bracket_ms, p.ttft_p95_resolved) == (
+            (75, 100), True, (750, 1000), True)
 
 
 def test_one_pool_missing(prom_env: PromEnv, fake_http) -> None:  # noqa: F811
@@ -235,7 +277,7 @@ def test_cli_observe_contract(prom_env: PromEnv, capsys, fake_http) -> None:  # 
     fake_http(slot.port, vllm_exposition(success=0))
     prom_env.wait_for(f"vllm:num_requests_running{slot.selector}", bool)
     rc = run(["observe", "--prometheus", prom_env.url, "--dialect", "vllm", "--selector", slot.selector,
-              "--window-s", "30", "--json"])
+              "--window-s", "30", "--itl-ms", "40", "--json"])
     body = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert list(body) == ["status", "reason", "window_s", "pools"]
@@ -244,10 +286,15 @@ def test_cli_observe_contract(prom_env: PromEnv, capsys, fake_http) -> None:  # 
     assert {"requests", "rate_rps", "isl_mean", "osl_mean", "ttft_ms_p50", "ttft_ms_p95", "itl_ms_p50",
             "itl_ms_p95", "queue", "running", "kv_usage"} <= set(p)
     assert (p["requests"], p["rate_rps"], p["ttft_ms_p95"]) == (0, 0, None)
+    # The exposition's ITL buckets are 10, 50, 100 ms: a 40 ms target sits in (10, 50], unresolved.
+    assert (p["itl_p95_bracket_ms"], p["itl_p95_resolution"], p["itl_p95_resolved"]) == ([10, 50], 1.0, False)
+    assert (p["ttft_p95_bracket_ms"], p["ttft_p95_resolved"]) == (None, None)  # no TTFT target given
 
-    assert run(["observe", "--prometheus", prom_env.url, "--selector", slot.selector, "--window-s", "30"]) == 0
+    assert run(["observe", "--prometheus", prom_env.url, "--selector", slot.selector, "--window-s", "30",
+                "--ttft-ms", "2000"]) == 0
     human = capsys.readouterr().out
-    assert "aggregated" in human and "rate_rps" in human
+    assert "aggregated" in human and "rate_rps" in human and "ttft_p95_resolution" in human
+    assert "ttft p95 is unresolved near its target: bucket (1000, inf] ms (no bucket above it" in human
 
     rc = run(["observe", "--prometheus", prom_env.url, "--selector", '{slot="nowhere"}', "--json"])
     body = json.loads(capsys.readouterr().out)

@@ -10,8 +10,10 @@ The required permissions are derived from the code, not from a hand-kept list:
 - per overlay: the ``/scale`` permissions of each policy target's kind, scoped by ``resourceNames`` to the
   targets, when the planner acts (actuator kind kubernetes, no ``--dry-run``); Lease permissions only with
   ``--leader-elect`` (scoped to the lease name where Kubernetes allows: not for ``create``); Event
-  permissions in every overlay as soon as the code emits events; anything else the code calls fails the
-  test until this file learns how to scope it.
+  ``create`` (which Kubernetes cannot scope by name) exactly where the planner scales the targets itself:
+  it records an Event on each target it moves (planner/service/events.py), and nowhere else (an advisory,
+  KEDA or HPA planner moves nothing and gets no token); anything else the code calls fails the test until
+  this file learns how to scope it.
 The rendered Roles (``kubectl kustomize``) bound to the planner's ServiceAccount must grant exactly that
 set, and the pod mounts a token only when the set is not empty. A fake API server that enforces the
 rendered Roles then runs the real actuator and leader elector against them.
@@ -35,6 +37,7 @@ from test_deploy import DEPLOY, OVERLAYS, REPO, by_kind, policy_of, render
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.actuators.targets import SCALABLE_KINDS, resolve_target, targets_from_policy
+from planner.service.events import ScaleEvents
 from planner.service.leader import LeaseElector
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource[/subresource], verb, resourceName|None)
@@ -51,12 +54,23 @@ def api_classes() -> dict[str, type]:
     return {n: getattr(client, n) for n in dir(client) if n.endswith("Api") and inspect.isclass(getattr(client, n))}
 
 
-def referenced_api_methods(root: Path) -> set[tuple[str, str]]:
-    """(API class, method) for every kubernetes-client API method the code under ``root`` names."""
+# The profile-request controller (planner/requests) runs as its own Deployment with its own Role
+# (deploy/profile-requests); tests/test_requests_rbac.py derives that Role from its code the same way.
+PROFILER_PACKAGE = "requests"
+# The profiler's backends (planner/profiler: the kubernetes backend creates and deletes workers) run under
+# `planner profile` or the profile-request controller, never in the control loop these overlays deploy.
+PROFILER_BACKENDS = "profiler"
+
+
+def referenced_api_methods(root: Path, skip: tuple[str, ...] = ()) -> set[tuple[str, str]]:
+    """(API class, method) for every kubernetes-client API method the code under ``root`` names (``skip``:
+    top-level folders of ``root`` left out)."""
     classes = api_classes()
     used: set[str] = set()
     names: set[str] = set()
     for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] in skip:
+            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Attribute):
                 (used if node.attr in classes else names).add(node.attr)
@@ -97,7 +111,7 @@ def custom_kinds() -> list[tuple[str, str]]:
 def code_permissions() -> frozenset[tuple[str, str, str]]:
     """(group, resource, verb) for every API call in planner/, custom-object templates expanded."""
     out: set[tuple[str, str, str]] = set()
-    for cls_name, method in referenced_api_methods(REPO / "planner"):
+    for cls_name, method in referenced_api_methods(REPO / "planner", skip=(PROFILER_PACKAGE, PROFILER_BACKENDS)):
         group, resource, verb, _ = permission(*endpoint(cls_name, method))
         if group == "{group}":
             out |= {(g, resource.replace("{plural}", p), verb) for g, p in custom_kinds()}
@@ -130,10 +144,10 @@ def required_permissions(objs: list[dict], tmp_path: Path) -> set[Permission]:
             verbs = {v for g, r, v in code if (g, r) == (t.group, f"{t.plural}/scale")}
             assert verbs, f"no call in planner/ scales {t.describe()}"
             required |= {(t.group, f"{t.plural}/scale", v, t.name) for v in verbs}
+        required |= {(g, r, v, None) for g, r, v in code if r == "events"}  # an Event on each scale
     if "--leader-elect" in args:
         name = lease_name(args)
         required |= {(g, r, v, None if v in UNNAMEABLE_VERBS else name) for g, r, v in code if r == "leases"}
-    required |= {(g, r, v, None) for g, r, v in code if r == "events"}  # emitted whatever the actuator
     return required
 
 
@@ -246,7 +260,10 @@ def test_direct_overlay_roles_let_the_real_actuator_and_elector_work(tmp_path: P
         elector = LeaseElector(api, lease_name(["run"]), "llm", "planner-0", lease_duration_s=15)
         assert elector.step(1000.0) and elector.step(1005.0)  # create, then read + renew
         elector.release(1006.0)
-        assert kube.refused == []
+        events = ScaleEvents(api, targets, policy.name)
+        t = targets["decode"]
+        assert events._emit(t, events._body(t, "SlaCapacity", "pool decode 1 -> 5", 1007.0))
+        assert kube.refused == [] and len(kube.events) == 1
         # Scoped by resourceNames: the same kind, another name, is refused - and the error says what to grant.
         other = resolve_target("decode", "apps/v1", "Deployment", "llm", "not-a-target", 1)
         with pytest.raises(ActuationError, match="forbidden.*deployments/scale"):

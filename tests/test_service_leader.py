@@ -68,13 +68,14 @@ def test_concurrent_writer_loses_on_conflict(kube: FakeKube) -> None:
     # b reads the expired lease, but a renews between b's read and b's write: b's write must fail.
     original = b.api.read_namespaced_lease
 
-    def read_then_race(name: str, namespace: str):  # noqa: ANN202
-        lease = original(name, namespace)
+    def read_then_race(name: str, namespace: str, **kwargs):  # noqa: ANN202, ANN003
+        lease = original(name, namespace, **kwargs)
         a.step(T0 + 40)
         return lease
 
     b.api.read_namespaced_lease = read_then_race  # type: ignore[method-assign]
     assert b.step(T0 + 40) is False
+    assert b.problem is None  # losing a race is standby, not a problem
     assert kube.leases[("llm", "planner")]["spec"]["holderIdentity"] == "a"
 
 

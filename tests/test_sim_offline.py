@@ -62,12 +62,25 @@ def test_plan_holds_the_latest_target_at_each_grid_time() -> None:
     assert plan.at(44.9) == {"prefill": 4, "decode": 2} and plan.at(1e9) == {"prefill": 5, "decode": 3}
 
 
-def test_trim_spares_needed_cells_the_warm_up_and_floors() -> None:
-    plan = TargetPlan(30.0, {"prefill": np.array([8, 8, 8, 8, 2]), "decode": np.array([4, 4, 4, 4, 4])})
-    needed = {"prefill": np.array([False, False, True, False, False]), "decode": np.zeros(5, dtype=bool)}
-    out = trimmed(plan, needed, {"prefill": 2, "decode": 1}, share=0.25, first_cell=1)
-    assert out.targets["prefill"].tolist() == [8, 6, 8, 6, 2]  # cell 0 is warm-up, 2 is needed, 4 at its floor
-    assert out.targets["decode"].tolist() == [4, 3, 3, 3, 3]  # at least one replica per cut
+def test_trim_cuts_one_pool_and_spares_needed_cells_the_warm_up_the_end_and_floors() -> None:
+    plan = TargetPlan(30.0, {"prefill": np.array([8, 8, 8, 8, 2, 8]), "decode": np.array([4, 4, 4, 4, 4, 4])})
+    needed = {"prefill": np.array([False, False, True, False, False, False]), "decode": np.zeros(6, dtype=bool)}
+    floors = {"prefill": 2, "decode": 1}
+    out = trimmed(plan, needed, floors, "prefill", 0.25, first_cell=1, last_cell=5)
+    # cell 0 is warm-up, 2 is needed, 4 at its floor, 5 after the replay ended; decode is not touched
+    assert out.targets["prefill"].tolist() == [8, 6, 8, 6, 2, 8]
+    assert out.targets["decode"].tolist() == [4] * 6
+    out = trimmed(plan, needed, floors, "decode", 0.25, first_cell=1, last_cell=5)
+    assert out.targets["decode"].tolist() == [4, 3, 3, 3, 3, 4]
+
+
+def test_small_steps_cut_single_replicas_on_a_share_of_the_cells() -> None:
+    plan = TargetPlan(30.0, {"prefill": np.array([3, 2, 5, 2]), "decode": np.array([2, 2, 2, 2])})
+    needed = {p: np.zeros(4, dtype=bool) for p in plan.targets}
+    out = trimmed(plan, needed, {"prefill": 1, "decode": 1}, "prefill", 1.0 / 128, first_cell=0)
+    assert out.targets["prefill"].tolist() == [3, 2, 4, 2]  # one cell (2/128 of them, at least one), the fullest
+    out = trimmed(plan, needed, {"prefill": 1, "decode": 1}, "decode", 0.25, first_cell=0)
+    assert out.targets["decode"].tolist() == [1, 1, 2, 2]  # 2 x 0.25 rounds to nothing: half the cells lose one
 
 
 def test_misses_mark_the_cells_that_could_have_served_them(job: OfflineJob) -> None:

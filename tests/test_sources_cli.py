@@ -24,6 +24,8 @@ BAD = [
     ("nan-window", ["--prometheus", "http://x", "--window-s", "nan"], "--window-s"),
     ("timeout-too-long", ["--prometheus", "http://x", "--timeout-s", "1000"], "--timeout-s"),
     ("missing-policy", ["--policy", "/nonexistent.yaml"], "not found"),
+    ("zero-ttft-target", ["--prometheus", "http://x", "--ttft-ms", "0"], "--ttft-ms"),
+    ("nan-itl-target", ["--prometheus", "http://x", "--itl-ms", "nan"], "--itl-ms"),
 ]
 
 
@@ -77,5 +79,26 @@ def test_source_from_policy_takes_pools_selectors_and_budgets() -> None:
     with PrometheusSource.from_policy(policy, url="http://127.0.0.1:1") as src:
         assert src.selectors == {"prefill": '{role="prefill"}', "decode": '{role="decode"}'}
         assert (src.url, src.dialect.name, src.timeout_s, src.stale_after_s) == ("http://127.0.0.1:1", "vllm", 5, 90)
+        assert src.targets_ms == {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms}
     with PrometheusSource.from_policy(policy) as src:
         assert src.url == "http://prometheus:9090"
+
+
+def test_targets_come_from_the_policy_sla_and_flags_override_them() -> None:
+    from planner.config import load_policy
+
+    sla = load_policy(POLICY).sla
+    assert resolve(None, None, None, POLICY, 60, 5, None).targets_ms == {"ttft": sla.ttft_ms, "itl": sla.itl_ms}
+    assert resolve(None, None, None, POLICY, 60, 5, None, itl_ms=25.0).targets_ms == {"ttft": sla.ttft_ms,
+                                                                                     "itl": 25.0}
+    assert resolve("http://p:9090", None, None, None, 60, 5, None).targets_ms == {}  # nothing to judge against
+    assert resolve("http://p:9090", None, None, None, 60, 5, None, ttft_ms=200.0).targets_ms == {"ttft": 200.0}
+
+
+@pytest.mark.parametrize("targets", [{"e2e": 1.0}, {"itl": 0.0}, {"ttft": float("nan")}],
+                         ids=["unknown-signal", "zero", "nan"])
+def test_source_rejects_bad_targets(targets: dict) -> None:
+    from planner.sources.prometheus import PrometheusSource
+
+    with pytest.raises(ValueError, match="targets_ms"):
+        PrometheusSource("http://127.0.0.1:1", "vllm", {"aggregated": ""}, targets_ms=targets)

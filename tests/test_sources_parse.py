@@ -142,3 +142,40 @@ def test_property_requests_never_negative_or_nan(completed: float, now_in: float
     p = got.pools["prefill"]
     assert p.requests >= 0 and math.isfinite(p.requests) and p.rate_rps == p.requests / W
     assert (p.isl_mean is None) == (den == 0)
+
+
+def bounds(pool: str, signal: str, les: tuple[float, ...]) -> list[dict]:
+    """The ``{signal}_le`` answer: one sample per bucket bound, the bound in ``le`` (as Prometheus sends it)."""
+    return [{"metric": {POOL_LABEL: pool, Q_LABEL: f"{signal}_le", "le": "+Inf" if le == math.inf else repr(le)},
+             "value": [NOW, "1"]} for le in (*les, math.inf)]
+
+
+def test_resolution_of_each_target_on_vllm_buckets() -> None:
+    from planner.emulator.vllm_metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S
+
+    rows = healthy() + bounds("prefill", "ttft", TTFT_BUCKETS_S) + bounds("prefill", "itl", ITL_BUCKETS_S)
+    obs = parse_read(rows, VLLM, ("prefill",), W, NOW, STALE, {"ttft": 1000.0, "itl": 40.0})
+    assert isinstance(obs, Observation)
+    p = obs.pools["prefill"]
+    assert p.ttft_p95_bracket_ms == pytest.approx((750, 1000)) and p.ttft_p95_resolved is True
+    assert p.ttft_p95_resolution == pytest.approx(0.25)
+    assert p.itl_p95_bracket_ms == pytest.approx((25, 50)) and p.itl_p95_resolved is False
+    assert p.itl_p95_resolution == pytest.approx(0.625)
+
+
+def test_resolution_is_not_assessed_without_a_target_or_buckets() -> None:
+    rows = healthy() + bounds("prefill", "itl", (0.01, 0.05))
+    no_target = read(rows)
+    no_buckets = parse_read(healthy(), VLLM, ("prefill",), W, NOW, STALE, {"ttft": 200.0, "itl": 40.0})
+    for obs in (no_target, no_buckets):
+        assert isinstance(obs, Observation)
+        p = obs.pools["prefill"]
+        assert (p.ttft_p95_resolved, p.itl_p95_resolved, p.itl_p95_bracket_ms, p.ttft_p95_resolution) == (None,) * 4
+
+
+@pytest.mark.parametrize("metric", [{POOL_LABEL: "prefill", Q_LABEL: "itl_le"},
+                                    {POOL_LABEL: "prefill", Q_LABEL: "itl_le", "le": "wide"}],
+                         ids=["no-le-label", "le-not-a-number"])
+def test_a_bucket_bound_without_a_bound_is_a_bad_response(metric: dict) -> None:
+    got = read(healthy() + [{"metric": metric, "value": [NOW, "1"]}])
+    assert isinstance(got, NoData) and got.reason == NoDataReason.BAD_RESPONSE and "le" in got.detail

@@ -65,6 +65,10 @@ def test_signals_per_dialect(name: str) -> None:
     assert ("kv" in sig) == (d.kv_usage_gauge is not None)
     assert all('{role="decode"}' in expr for expr in sig.values())
     assert "970.000" in sig["fresh"]  # fresh = sampled at or after now - stale_after
+    # Ready replicas are distinct scrape targets, not engine series (vLLM DP exports one series per engine).
+    assert sig["fresh"].startswith(f"count(count by ({d.replica_label}) (timestamp(")
+    assert sig["ttft_le"] == f'group by (le) (last_over_time({d.ttft_histogram}_bucket{{role="decode"}}[60000ms]))'
+    assert sig["itl_le"].startswith("group by (le) (")
 
 
 def test_one_query_tags_every_signal_with_pool_and_name() -> None:

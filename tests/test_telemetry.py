@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import httpx
@@ -100,6 +101,20 @@ def test_missing_values_remove_series_instead_of_writing_zero() -> None:
     assert sample(m, "planner_observed_rate_rps", policy="pol", pool="prefill") == 0  # measured zero is zero
 
 
+def test_resolution_ratio_per_pool_and_signal() -> None:
+    m = PlannerMetrics()
+    unresolved = PoolObservation(10, 1.0, itl_p95_bracket_ms=(25.0, 50.0), itl_p95_resolution=0.625,
+                                 itl_p95_resolved=False, ttft_p95_bracket_ms=(80_000.0, math.inf),
+                                 ttft_p95_resolution=math.inf, ttft_p95_resolved=False)
+    record_observation(m, "pol", Observation(0.0, 60.0, {"decode": unresolved}))
+    assert sample(m, "planner_signal_resolution_ratio", policy="pol", pool="decode", signal="itl") == 0.625
+    assert sample(m, "planner_signal_resolution_ratio", policy="pol", pool="decode", signal="ttft") == math.inf
+    # Not assessed (no target, no buckets) removes the series: no made-up ratio.
+    record_observation(m, "pol", Observation(0.0, 60.0, {"decode": PoolObservation(10, 1.0)}))
+    assert sample(m, "planner_signal_resolution_ratio", policy="pol", pool="decode", signal="itl") is None
+    assert "planner_signal_resolution_ratio" in exported_series_names()
+
+
 def test_no_data_counts_an_error_of_its_reason() -> None:
     m = PlannerMetrics()
     record_observation(m, "pol", NoData(NoDataReason.STALE, "x", 0.0))
@@ -139,20 +154,34 @@ def busy(**over: float | None) -> PoolObservation:
 
 
 PRESENT = [
-    ("no-data", NoData(NoDataReason.EMPTY, "", 0.0), set()),
-    ("busy", Observation(0, 60, {"prefill": busy()}), {"rate", "isl", "osl", "ttft", "itl"}),
-    ("idle-latencies-are-not-missing", Observation(0, 60, {"prefill": PoolObservation(0, 0.0)}),
-     {"rate", "isl", "osl", "ttft", "itl"}),
-    ("busy-without-itl", Observation(0, 60, {"prefill": busy(itl_ms_p95=None)}), {"rate", "isl", "osl", "ttft"}),
-    ("other-pool-only", Observation(0, 60, {"decode": busy()}), set()),
+    ("no-data", "prefill", NoData(NoDataReason.EMPTY, "", 0.0), set()),
+    ("busy-prefill", "prefill", Observation(0, 60, {"prefill": busy()}), {"rate", "isl", "ttft"}),
+    ("busy-decode", "decode", Observation(0, 60, {"decode": busy()}), {"rate", "osl", "itl", "running"}),
+    ("busy-aggregated", "aggregated", Observation(0, 60, {"aggregated": busy()}),
+     {"rate", "isl", "osl", "ttft", "itl", "running"}),
+    ("idle-latencies-are-not-missing", "aggregated", Observation(0, 60, {"aggregated": PoolObservation(0, 0.0)}),
+     {"rate", "isl", "osl", "ttft", "itl", "running"}),
+    # A prefill engine serving max_tokens=1 exports no ITL and no output length: prefill is still whole.
+    ("prefill-without-itl", "prefill", Observation(0, 60, {"prefill": busy(itl_ms_p95=None, osl_mean=None)}),
+     {"rate", "isl", "ttft"}),
+    ("decode-without-ttft", "decode", Observation(0, 60, {"decode": busy(ttft_ms_p95=None, isl_mean=None)}),
+     {"rate", "osl", "itl", "running"}),
+    ("decode-without-itl", "decode", Observation(0, 60, {"decode": busy(itl_ms_p95=None)}),
+     {"rate", "osl", "running"}),
+    ("other-pool-only", "prefill", Observation(0, 60, {"decode": busy()}), set()),
 ]
 
 
-@pytest.mark.parametrize(("obs", "good"), [p[1:] for p in PRESENT], ids=[p[0] for p in PRESENT])
-def test_signals_present(obs: Observation | NoData, good: set[str]) -> None:
-    got = signals_present(obs, ["prefill"])
+@pytest.mark.parametrize(("pool", "obs", "good"), [p[1:] for p in PRESENT], ids=[p[0] for p in PRESENT])
+def test_signals_present(pool: str, obs: Observation | NoData, good: set[str]) -> None:
+    got = signals_present(obs, [pool])
     assert {k.split("/")[1] for k, v in got.items() if v} == good
-    assert set(got) == set(required_signals(["prefill"]))
+    assert set(got) == set(required_signals([pool]))
+
+
+def test_each_pool_is_asked_only_for_what_its_sizing_uses() -> None:
+    assert required_signals(["prefill", "decode"]) == (
+        "prefill/rate", "prefill/isl", "prefill/ttft", "decode/rate", "decode/osl", "decode/itl", "decode/running")
 
 
 def test_tracker_degrades_after_n_intervals_and_reports_each_change_once() -> None:
@@ -238,7 +267,9 @@ def test_monitor_for_policy_exports_logs_once_and_feeds_readiness(caplog) -> Non
         assert mon.observe(ok, 0.0).ready
         for k in range(1, 6):  # interval 30 s, 3 intervals: missing from t=90 on
             status = mon.observe(gone, 30.0 * k)
-    assert not status.ready and len(status.missing) == 10
-    assert len(caplog.records) == 10  # once per signal, not once per tick
+    assert not status.ready and len(status.missing) == 7
+    # One line for the outage when it starts, not one per signal and not one per tick.
+    assert [r.getMessage() for r in caplog.records] == [
+        f"policy {policy.name}: metrics source unreachable (down); holding: no scale-down until it answers"]
     assert sample(m, "planner_ready", policy=policy.name) == 0
     assert sample(m, "planner_signal_seconds_since_good", policy=policy.name, signal="decode/itl") == 150

@@ -8,11 +8,15 @@ stays empty and KEDA sees "unavailable"), and the HTTP and gRPC servers, on othe
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from planner.types import Applied
+
+log = logging.getLogger("planner.actuators")
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,50 @@ class PublishActuator:
     actuator kind (planner/telemetry.py ``record_decision``), not here.
     """
 
-    def __init__(self, store: DesiredStore, kind: str) -> None:
+    def __init__(self, store: DesiredStore, kind: str, reader: Any = None) -> None:
         self.store = store
         self.kind = kind
+        # Reads what KEDA/the HPA set (the targets' spec.replicas) when the planner has credentials to read
+        # the targets' /scale: a KubernetesScaleActuator used for ``read_replicas()`` only, never to write.
+        self.reader = reader
+
+    def read_replicas(self) -> dict[str, int] | None:
+        """The targets' ``spec.replicas``, or None when the planner cannot read them (no credentials or
+        no targets in the policy; the control loop then says so and seeds from the ready replicas)."""
+        if self.reader is None:
+            return None
+        from planner.actuators.errors import ActuationError
+
+        try:
+            return self.reader.read_replicas()
+        except ActuationError as exc:
+            # Publishing must not wait on a read it does not need: fall back (the loop says so) and go on.
+            log.warning("%s: cannot read what KEDA/the HPA set (%s)", self.kind, exc)
+            return None
 
     def apply(self, targets: Mapping[str, int]) -> Applied:
         before = self.store.publish(targets)
         changed = any(before[p] != n for p, n in targets.items())
         return Applied(before=before, after=dict(targets), changed=changed, detail=f"published for {self.kind}")
+
+
+class DesiredStores:
+    """The stores of every policy one controller process runs (``planner run --policy A --policy B``).
+
+    KEDA names the policy in its trigger (``policy=`` in the metrics-api URL, ``policy`` in the external
+    scaler's metadata); with one policy it may leave it out."""
+
+    def __init__(self, stores: Iterable[DesiredStore]) -> None:
+        self.by_policy = {s.policy: s for s in stores}
+
+    @classmethod
+    def of(cls, stores: DesiredStore | DesiredStores) -> DesiredStores:
+        return stores if isinstance(stores, DesiredStores) else cls([stores])
+
+    def pick(self, policy: str | None) -> DesiredStore | str:
+        """The store for ``policy``, or the error to answer (unknown policy, or several and none named)."""
+        if policy:
+            return self.by_policy.get(policy) or f"unknown policy {policy!r}; allowed: {', '.join(self.by_policy)}"
+        if len(self.by_policy) == 1:
+            return next(iter(self.by_policy.values()))
+        return f"this controller runs several policies: name one with policy= ({', '.join(self.by_policy)})"

@@ -15,8 +15,13 @@ class DryRunActuator:
 
     def __init__(self, initial: Mapping[str, int] | None = None, logger: logging.Logger = log) -> None:
         self.current: dict[str, int] = dict(initial or {})
+        self._known = bool(initial)
         self.history: list[dict[str, int]] = []
         self.logger = logger
+
+    def read_replicas(self) -> dict[str, int] | None:
+        """What it was told the pools hold (``initial``), None when told nothing: a dry run reads no cluster."""
+        return dict(self.current) if self._known else None
 
     def apply(self, targets: Mapping[str, int]) -> Applied:
         before: dict[str, int | None] = {p: self.current.get(p) for p in targets}

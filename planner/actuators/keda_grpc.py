@@ -15,23 +15,28 @@ import grpc
 
 from planner.actuators import externalscaler_pb2 as pb
 from planner.actuators import externalscaler_pb2_grpc as pb_grpc
-from planner.actuators.desired import DesiredStore
+from planner.actuators.desired import DesiredStore, DesiredStores
 
 METRIC_NAME = "desired"
 
 
 class DesiredScaler(pb_grpc.ExternalScalerServicer):
-    def __init__(self, store: DesiredStore, stream_poll_s: float = 1.0) -> None:
-        self.store = store
+    def __init__(self, store: DesiredStore | DesiredStores, stream_poll_s: float = 1.0) -> None:
+        self.stores = DesiredStores.of(store)
         self.stream_poll_s = stream_poll_s
 
     async def _desired(self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext) -> int:
         pool = ref.scalerMetadata.get("pool", "")
-        if pool not in self.store.pools:
+        picked = self.stores.pick(ref.scalerMetadata.get("policy") or None)
+        if isinstance(picked, str):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"ScaledObject {ref.namespace}/{ref.name}: trigger metadata 'policy': {picked}")
+        store: DesiredStore = picked  # type: ignore[assignment]
+        if pool not in store.pools:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"ScaledObject {ref.namespace}/{ref.name}: trigger metadata 'pool' = {pool!r}; "
-                                f"allowed: {', '.join(self.store.pools)}")
-        n = self.store.get(pool)
+                                f"allowed: {', '.join(store.pools)}")
+        n = store.get(pool)
         if n is None:
             # An error (not 0) lets KEDA's fallback act instead of scaling down on no information.
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"pool {pool}: no decision yet")
@@ -64,7 +69,7 @@ class DesiredScaler(pb_grpc.ExternalScalerServicer):
                                                                   metricValueFloat=float(n))])
 
 
-async def start_grpc_server(store: DesiredStore, host: str = "0.0.0.0", port: int = 9090,
+async def start_grpc_server(store: DesiredStore | DesiredStores, host: str = "0.0.0.0", port: int = 9090,
                             stream_poll_s: float = 1.0) -> tuple[grpc.aio.Server, int]:
     """Start the external scaler on the running event loop; returns (server, bound port)."""
     server = grpc.aio.server()

@@ -1,18 +1,26 @@
 """Direct actuation through the scale subresource (INTEGRATION.md §4.1), with compare-and-swap.
 
-Each pool is moved by read -> compare -> replace with ``metadata.resourceVersion``: a write based on a stale
-read answers 409 and is retried from a fresh read (bounded), so the planner never silently overwrites a
-concurrent ``kubectl scale``; it re-decides from what is there. Only ``spec.replicas`` of the Scale object
-is written. No write at all when the target is already at the wanted count.
+Each pool is moved by read -> compare -> replace with ``metadata.resourceVersion``. A write answering 409
+(the object changed between our read and our write) is counted (``on_conflict``), and the target is read
+again before anything else is written:
+- if its replicas are still what we read first, only something else changed (a status update, a label):
+  the same count is written again from the fresh read (bounded, ``max_attempts``);
+- if another writer changed the replicas (``kubectl scale``, an HPA), nothing is written: ``Applied.after``
+  reports what is there, and the control loop re-seeds the controller from it, so the next tick re-decides
+  from what is there instead of overwriting it.
+Only ``spec.replicas`` of the Scale object is written, never below the pool's floor, and no write at all
+when the target is already at the wanted count. ``may_write`` (leader election) is asked right before every
+write: a controller whose Lease may have expired does not write.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
-from planner.actuators.errors import ActuationError
+from planner.actuators.errors import ActuationError, LeadershipLost
 from planner.actuators.targets import ScaleTarget, targets_from_policy
 from planner.types import Applied
 
@@ -24,7 +32,9 @@ MAX_ATTEMPTS = 4
 class KubernetesScaleActuator:
     def __init__(self, targets: Mapping[str, ScaleTarget], api_client: Any = None, *,
                  field_manager: str = "planner", max_attempts: int = MAX_ATTEMPTS,
-                 request_timeout_s: float = 10.0, logger: logging.Logger = log) -> None:
+                 request_timeout_s: float = 10.0, logger: logging.Logger = log,
+                 may_write: Callable[[], str | None] | None = None,
+                 on_conflict: Callable[[str], None] | None = None) -> None:
         from kubernetes import client
 
         self.targets = dict(targets)
@@ -35,6 +45,9 @@ class KubernetesScaleActuator:
         self.max_attempts = max_attempts
         self.request_timeout_s = request_timeout_s
         self.logger = logger
+        # None: write; a message: why this controller must not write now (e.g. its Lease may have expired).
+        self.may_write = may_write
+        self.on_conflict = on_conflict
 
     @classmethod
     def from_policy(cls, policy, api_client: Any = None, **kwargs: Any) -> KubernetesScaleActuator:  # noqa: ANN001
@@ -75,8 +88,37 @@ class KubernetesScaleActuator:
                                                            _request_timeout=self.request_timeout_s)
 
     # --------------------------------------------------------------------------------------- actuate
-    def scale(self, t: ScaleTarget, replicas: int) -> tuple[int, bool]:
-        """Move one target to ``replicas``; returns (replicas before, whether a write happened)."""
+    def read_replicas(self) -> dict[str, int]:
+        """``spec.replicas`` of every pool's target: what the cluster holds (seeds a fresh controller)."""
+        out: dict[str, int] = {}
+        for pool, t in self.targets.items():
+            out[pool] = self._call(t, partial(self.read, t))[0]
+        return out
+
+    def _call(self, t: ScaleTarget, fn: Callable[[], Any]) -> Any:
+        """One API call with the errors named after the target (403 with the RBAC rule to add)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn()
+        except ApiException as exc:
+            if exc.status == 409:
+                raise
+            raise _explain(t, exc) from None
+        except ActuationError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - connection errors, timeouts: name the target
+            raise ActuationError(f"{t.describe()}: cannot reach the Kubernetes API ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]})") from None
+
+    def _write(self, t: ScaleTarget, replicas: int, resource_version: str) -> None:
+        refusal = self.may_write() if self.may_write is not None else None
+        if refusal:
+            raise LeadershipLost(f"{t.describe()}: not writing {replicas}: {refusal}")
+        self._call(t, lambda: self._replace(t, replicas, resource_version))
+
+    def scale(self, t: ScaleTarget, replicas: int) -> tuple[int, int, bool]:
+        """Move one target to ``replicas``; returns (replicas before, replicas now, whether we wrote)."""
         from kubernetes.client.exceptions import ApiException
 
         if replicas < t.min_replicas:
@@ -85,24 +127,30 @@ class KubernetesScaleActuator:
                                 t.min_replicas)
             replicas = t.min_replicas
         first: int | None = None
+        conflicts = 0
         for _attempt in range(self.max_attempts):
+            current, rv = self._call(t, lambda: self.read(t))
+            if first is None:
+                first = current
+            elif current != first:
+                self.logger.warning("%s: another writer moved replicas %d -> %d while we wrote %d (%d conflict%s); "
+                                    "not overwriting it: the next tick decides from %d", t.describe(), first,
+                                    current, replicas, conflicts, "" if conflicts == 1 else "s", current)
+                return first, current, False
+            if current == replicas:
+                return first, current, False
             try:
-                current, rv = self.read(t)
-                first = current if first is None else first
-                if current == replicas:
-                    return first, False
-                self._replace(t, replicas, rv)
-                self.logger.info("scaled %s %d -> %d", t.describe(), current, replicas)
-                return first, True
-            except ApiException as exc:
-                if exc.status == 409:
-                    continue  # someone wrote between our read and our write: re-read and decide again
-                raise _explain(t, exc) from None
-            except ActuationError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - connection errors, timeouts: name the target
-                raise ActuationError(f"{t.describe()}: cannot reach the Kubernetes API ({type(exc).__name__}: "
-                                     f"{str(exc)[:200]})") from None
+                self._write(t, replicas, rv)
+            except ApiException:  # only 409 reaches here (_call explains the others)
+                conflicts += 1
+                if self.on_conflict is not None:
+                    self.on_conflict(t.pool)
+                continue
+            if conflicts:
+                self.logger.info("%s: %d write conflict%s (409), re-read and written again", t.describe(),
+                                 conflicts, "" if conflicts == 1 else "s")
+            self.logger.info("scaled %s %d -> %d", t.describe(), current, replicas)
+            return first, replicas, True
         raise ActuationError(f"{t.describe()}: still conflicting after {self.max_attempts} attempts (another "
                              "writer keeps changing replicas: is an HPA/KEDA object also targeting it?)")
 
@@ -117,12 +165,14 @@ class KubernetesScaleActuator:
                 errors.append(f"pool {pool}: no target configured (pools.{pool}.target)")
                 continue
             try:
-                was, wrote = self.scale(t, int(replicas))
+                was, now, wrote = self.scale(t, int(replicas))
+            except LeadershipLost:
+                raise  # nothing more may be written this tick, to any pool
             except ActuationError as exc:
                 errors.append(str(exc))
                 before[pool] = None
                 continue
-            before[pool], after[pool] = was, max(int(replicas), t.min_replicas)
+            before[pool], after[pool] = was, now
             changed = changed or wrote
         if errors:
             raise ActuationError("; ".join(errors))

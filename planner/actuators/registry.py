@@ -18,7 +18,11 @@ from planner.types import Actuator
 class ActuatorContext:
     policy: Any  # planner.config.Policy (not imported: the policy schema imports this module)
     store: Any  # planner.actuators.desired.DesiredStore: what KEDA and the HPA read
-    api_client: Any = None  # kubernetes.client.ApiClient, for kinds that write the cluster
+    api_client: Any = None  # kubernetes.client.ApiClient, for kinds that write (or may read) the cluster
+    metrics: Any = None  # planner.telemetry.PlannerMetrics, for kinds that export their own state
+    may_write: Callable[[], str | None] | None = None  # leader election: None to write, else why not
+    on_conflict: Callable[[str], None] | None = None  # a 409 on a pool's write (counted by telemetry)
+    request_timeout_s: float = 10.0  # every Kubernetes API call of the actuator
 
 
 @dataclass(frozen=True)
@@ -33,16 +37,33 @@ class ActuatorKind:
 def _kubernetes(ctx: ActuatorContext) -> Actuator:
     from planner.actuators.kubernetes import KubernetesScaleActuator
 
-    return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client)
+    return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, may_write=ctx.may_write,
+                                               on_conflict=ctx.on_conflict,
+                                               request_timeout_s=ctx.request_timeout_s)
+
+
+def _reader(ctx: ActuatorContext) -> Any:
+    """What KEDA/the HPA set is the targets' spec.replicas: readable with credentials and targets, else None."""
+    if ctx.api_client is None or any(ctx.policy.pool(p).target is None for p in ctx.policy.pool_names()):
+        return None
+    from planner.actuators.kubernetes import KubernetesScaleActuator
+
+    return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, request_timeout_s=ctx.request_timeout_s)
 
 
 def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
     def build(ctx: ActuatorContext) -> Actuator:
         from planner.actuators.desired import PublishActuator
 
-        return PublishActuator(ctx.store, kind)
+        return PublishActuator(ctx.store, kind, reader=_reader(ctx))
 
     return build
+
+
+def _process(ctx: ActuatorContext) -> Actuator:
+    from planner.actuators.process import ProcessActuator
+
+    return ProcessActuator.from_policy(ctx.policy, ctx.metrics)
 
 
 def _dry_run(ctx: ActuatorContext) -> Actuator:
@@ -58,6 +79,8 @@ REGISTRY: dict[str, ActuatorKind] = {k.name: k for k in (
                  _publish("keda"), publishes=True),
     ActuatorKind("hpa", "publishes desired replicas as planner_desired_replicas for an HPA (External metric)",
                  _publish("hpa"), publishes=True),
+    ActuatorKind("process", "starts, drains and stops local engine processes (file_sd for Prometheus and the router)",
+                 _process),
     ActuatorKind("dry-run", "logs what it would do, changes nothing", _dry_run),
 )}
 

@@ -120,6 +120,26 @@ def bench_suite(
     console.print(f"wrote {out / 'suite.json'}")
 
 
+def bench_endpoint(
+    streams: Annotated[int, typer.Option(help="concurrent streams")] = 256,
+    context: Annotated[int, typer.Option(help="context tokens per stream")] = 512,
+    decode_tokens: Annotated[int, typer.Option(help="tokens each stream decodes with all of them running")] = 64,
+    profile: Annotated[Path | None, typer.Option(help="profile the emulator serves "
+                                                 "(default profiles/h200/qwen3-32b.json)")] = None,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="the emulator's time scale")] = 1.0,
+) -> None:
+    """The endpoint backend's load generator against `planner emulate`: client CPU per token, event-loop lag,
+    and its timing against the emulator's own at many concurrent streams."""
+    from planner.bench import endpoint
+
+    for flag, value in (("--streams", streams), ("--context", context), ("--decode-tokens", decode_tokens)):
+        if value < 1:
+            raise UserError(f"{flag}: {value} must be >= 1")
+    if not 0 < time_scale <= 100:
+        raise UserError(f"--time-scale {time_scale:g}: must be in (0, 100]")
+    endpoint.run(Console(), profile, streams, context, decode_tokens, time_scale)
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("profile")(bench_profile)
     bench_app.command("sim")(bench_sim)
@@ -127,3 +147,4 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("forecast")(bench_forecast)
     bench_app.command("observe")(bench_observe)
     bench_app.command("suite")(bench_suite)
+    bench_app.command("endpoint")(bench_endpoint)

@@ -13,7 +13,9 @@ from planner.sources.promql import check_selector, merge_selectors
 from planner.types import NoData, Observation, Pool, PoolObservation
 
 POOL_FIELDS = ("requests", "rate_rps", "isl_mean", "osl_mean", "ttft_ms_p50", "ttft_ms_p95", "itl_ms_p50",
-               "itl_ms_p95", "queue", "running", "kv_usage", "ttft_ms_mean", "itl_ms_mean", "ready_replicas")
+               "itl_ms_p95", "queue", "running", "kv_usage", "ttft_ms_mean", "itl_ms_mean", "ready_replicas",
+               "ttft_p95_bracket_ms", "ttft_p95_resolution", "ttft_p95_resolved", "itl_p95_bracket_ms",
+               "itl_p95_resolution", "itl_p95_resolved")
 
 
 @dataclass(frozen=True)
@@ -24,10 +26,16 @@ class ObserveArgs:
     window_s: float
     timeout_s: float
     stale_after_s: float
+    targets_ms: dict[str, float]  # SLA targets whose histogram resolution the read reports ({} = none)
 
 
 def resolve(prometheus: str | None, dialect: str | None, selector: str | None, policy: Path | None,
-            window_s: float, timeout_s: float, stale_after_s: float | None) -> ObserveArgs:
+            window_s: float, timeout_s: float, stale_after_s: float | None, ttft_ms: float | None = None,
+            itl_ms: float | None = None) -> ObserveArgs:
+    for flag, target in (("--ttft-ms", ttft_ms), ("--itl-ms", itl_ms)):
+        if target is not None and (not math.isfinite(target) or target <= 0):
+            raise UserError(f"{flag}: {target:g} must be a finite number of milliseconds > 0")
+    targets = {k: v for k, v in (("ttft", ttft_ms), ("itl", itl_ms)) if v is not None}
     if not math.isfinite(window_s) or window_s <= 0:
         raise UserError(f"--window-s: {window_s:g} must be a finite number > 0")
     if not math.isfinite(timeout_s) or not 0 < timeout_s <= 120:
@@ -54,6 +62,7 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
         url = prometheus or pol.metrics.url
         dialect = dialect or pol.metrics.dialect
         stale = stale_after_s or pol.metrics.stale_after_intervals * pol.interval_s
+        targets = {"ttft": pol.sla.ttft_ms, "itl": pol.sla.itl_ms, **targets}  # the flags override the SLA
     else:
         if prometheus is None:
             raise UserError("--prometheus URL is required (or --policy FILE with metrics.url)")
@@ -64,10 +73,14 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
         raise UserError(f"--prometheus {url!r}: expected an http:// or https:// URL")
     if dialect not in dialect_names():
         raise UserError(f"--dialect {dialect!r}: allowed {', '.join(dialect_names())}")
-    return ObserveArgs(url, dialect, selectors, window_s, timeout_s, stale)
+    return ObserveArgs(url, dialect, selectors, window_s, timeout_s, stale, targets)
 
 
 def _num(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_num(x) for x in v]
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"  # JSON has no infinity; a bracket or ratio past the last bucket says so in words
     return round(v, 6) if isinstance(v, float) else v
 
 

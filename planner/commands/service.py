@@ -1,5 +1,6 @@
-"""`planner run`: the long-running controller (control loop + /metrics, /healthz, /readyz, /v1/desired,
-KEDA external scaler, optional leader election)."""
+"""`planner run`: the long-running controller (one control loop per --policy + /metrics, /healthz, /readyz,
+/v1/desired, /v1/policies, /v1/decisions, POST /v1/plan, the KEDA external scaler, optional leader
+election)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,42 @@ from rich.console import Console
 from planner.errors import UserError
 
 
+def _check_args(log_level: str, log_format: str, ports: dict[str, int]) -> int:
+    from planner.service.logs import FORMATS
+
+    level = logging.getLevelName(log_level.upper())
+    if not isinstance(level, int):
+        raise UserError(f"--log-level {log_level!r}: allowed DEBUG, INFO, WARNING, ERROR")
+    if log_format not in FORMATS:
+        raise UserError(f"--log-format {log_format!r}: allowed {', '.join(FORMATS)}")
+    for flag, value in ports.items():
+        if not 0 <= value < 65536:
+            raise UserError(f"{flag} {value}: must be in 0..65535")
+    return level
+
+
+def read_token(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise UserError(f"--api-token-file {path}: cannot read it ({exc.strerror})") from None
+    if not token or any(c.isspace() for c in token):
+        raise UserError(f"--api-token-file {path}: must hold one token (no spaces), got "
+                        f"{'nothing' if not token else 'whitespace inside'}")
+    return token
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
-        policy: Annotated[Path, typer.Option(help="policy YAML (policies/example.yaml documents every field)")],
+        policy: Annotated[list[Path], typer.Option(help="policy YAML (policies/example.yaml documents every "
+                                                   "field); repeat to run several policies in one process")],
         dry_run: Annotated[bool, typer.Option("--dry-run", help="decide and log, never scale anything")] = False,
         once: Annotated[bool, typer.Option("--once", help="one tick, print the decision as JSON, exit "
-                                           "(no servers)")] = False,
-        port: Annotated[int, typer.Option(help="HTTP port: /metrics /healthz /readyz /v1/desired")] = 8080,
+                                           "(no servers); non-zero when nothing could be applied")] = False,
+        port: Annotated[int, typer.Option(help="HTTP port: /metrics /healthz /readyz /v1/*")] = 8080,
         grpc_port: Annotated[int, typer.Option("--grpc-port", help="KEDA external scaler gRPC port "
                                                "(0: off)")] = 9090,
         host: Annotated[str, typer.Option(help="bind address")] = "0.0.0.0",
@@ -35,28 +64,42 @@ def register(app: typer.Typer) -> None:
         identity: Annotated[str | None, typer.Option(help="leader-election identity (default: "
                                                      "hostname)")] = None,
         log_level: Annotated[str, typer.Option("--log-level", help="DEBUG | INFO | WARNING")] = "INFO",
+        log_format: Annotated[str, typer.Option("--log-format", help="text | json (one object a line)")] = "text",
+        api_token_file: Annotated[Path | None, typer.Option("--api-token-file", help="bearer token every "
+                                                            "non-GET API request must carry")] = None,
     ) -> None:
         """Run the controller: every interval read Prometheus, decide, scale, export telemetry."""
-        from planner.service.runner import RunOptions, build_loop, serve
+        from planner.service.logs import setup_logging
+        from planner.service.runner import RunOptions, build_loops, serve
 
-        level = logging.getLevelName(log_level.upper())
-        if not isinstance(level, int):
-            raise UserError(f"--log-level {log_level!r}: allowed DEBUG, INFO, WARNING, ERROR")
-        for flag, value in (("--port", port), ("--grpc-port", grpc_port)):
-            if not 0 <= value < 65536:
-                raise UserError(f"{flag} {value}: must be in 0..65535")
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        opts = RunOptions(policy, dry_run=dry_run, once=once, host=host, port=port, grpc_port=grpc_port,
+        level = _check_args(log_level, log_format, {"--port": port, "--grpc-port": grpc_port})
+        token = read_token(api_token_file)
+        setup_logging(level, log_format)
+        opts = RunOptions(policy[0], dry_run=dry_run, once=once, host=host, port=port, grpc_port=grpc_port,
                           metrics_url=metrics_url, leader_elect=leader_elect, lease_name=lease_name,
-                          lease_namespace=lease_namespace, identity=identity)
-        if once:
-            loop = build_loop(opts)
-            result = loop.tick()
-            Console().print_json(json.dumps(tick_json(result)))
-            if result.error:
-                raise typer.Exit(1)
+                          lease_namespace=lease_namespace, identity=identity, more_policies=tuple(policy[1:]),
+                          api_token=token)
+        if not once:
+            serve(opts)
             return
-        serve(opts)
+        results = [_tick_once(loop) for loop in build_loops(opts)]
+        out = [tick_json(r) for r in results]
+        Console().print_json(json.dumps(out[0] if len(out) == 1 else out))
+        failed = [r for r in results if r.error or not r.leader]
+        for r in failed:
+            why = r.error or "not the leader: another candidate holds the Lease"
+            Console(stderr=True, highlight=False).print(f"[bold red]not applied:[/] {why}", soft_wrap=True)
+        if failed:
+            raise typer.Exit(1)
+
+
+def _tick_once(loop):  # noqa: ANN001, ANN202 - service.loop.ControlLoop, TickResult
+    try:
+        return loop.tick()
+    finally:
+        close = getattr(loop.actuator, "close", None)
+        if close is not None:  # the process actuator's engines do not outlive one tick
+            close()
 
 
 def tick_json(result) -> dict:  # noqa: ANN001 - service.loop.TickResult

@@ -15,7 +15,12 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from planner.decide.calibration import Factors
-from planner.decide.capacity import aggregated_latency_ms, decode_itl_ms, prefill_ttft_table_ms
+from planner.decide.capacity import (
+    aggregated_latency_ms,
+    decode_itl_ms,
+    prefill_ttft_ms,
+    prefill_ttft_table_ms,
+)
 from planner.decide.demand import Demand
 from planner.decide.spec import DeciderSpec
 from planner.types import Pool
@@ -60,14 +65,16 @@ def sla_pressure(spec: DeciderSpec, demand: Demand, factors: Factors,
 
     def compute(pool: Pool, c: int) -> float:
         if pool is Pool.AGGREGATED:
-            ttft, itl = aggregated_latency_ms(model, demand.load, c, factors.ttft, factors.itl)
+            ttft, itl = aggregated_latency_ms(model, demand.load, c, factors.ttft, factors.itl, demand.isl_mix)
             return max(ttft / model.ttft_target_ms, itl / model.itl_target_ms)
+        if pool is Pool.PREFILL and demand.isl_mix is not None:  # per size asked (the table is O(c) each)
+            return prefill_ttft_ms(model, demand.prefill, c, factors.ttft, demand.isl_mix) / model.ttft_target_ms
         if pool is Pool.PREFILL:
             if not prefill_table:
                 prefill_table.extend(prefill_ttft_table_ms(model, demand.prefill, max(1, asked[Pool.PREFILL]),
                                                            factors.ttft))
             return prefill_table[min(c, len(prefill_table) - 1)] / model.ttft_target_ms
-        return decode_itl_ms(model, demand.decode, c, factors.itl) / model.itl_target_ms
+        return decode_itl_ms(model, demand.decode, c, factors.itl, demand.isl_mix) / model.itl_target_ms
 
     def pressure(pool: Pool, c: int) -> float:
         if (pool, c) not in seen:

@@ -104,10 +104,10 @@ def _predicted(spec: DeciderSpec, dem: Demand, factors: Factors, pool: Pool,
                replicas: int) -> tuple[float | None, float | None]:
     """(TTFT, ITL) the model predicts for ``pool`` at ``replicas`` (None where the pool does not set it)."""
     if pool is Pool.AGGREGATED:
-        return aggregated_latency_ms(spec.model, dem.load, replicas, factors.ttft, factors.itl)
+        return aggregated_latency_ms(spec.model, dem.load, replicas, factors.ttft, factors.itl, dem.isl_mix)
     if pool is Pool.PREFILL:
-        return prefill_ttft_ms(spec.model, dem.prefill, replicas, factors.ttft), None
-    return None, decode_itl_ms(spec.model, dem.decode, replicas, factors.itl)
+        return prefill_ttft_ms(spec.model, dem.prefill, replicas, factors.ttft, dem.isl_mix), None
+    return None, decode_itl_ms(spec.model, dem.decode, replicas, factors.itl, dem.isl_mix)
 
 
 def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Pool, Sizing],
@@ -127,6 +127,7 @@ def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Poo
         "rate_rps": dem.load.rate_rps, "isl_tokens": dem.load.isl_tokens, "osl_tokens": dem.load.osl_tokens,
         "prefill_rate_rps": dem.prefill.rate_rps, "decode_rate_rps": dem.decode.rate_rps,
         "ttft_factor": factors.ttft, "itl_factor": factors.itl,
+        "ttft_unservable_share": sized[spec.mode.ttft_pool].unservable_share,
     }
     decision = Decision(now_s, pools, _dedupe(r for p in spec.pools for r in pools[p].reasons),
                         pools[spec.mode.ttft_pool].predicted_ttft_ms, pools[spec.mode.itl_pool].predicted_itl_ms,

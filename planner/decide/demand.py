@@ -13,7 +13,17 @@ from dataclasses import dataclass, replace
 
 from planner.decide.capacity import Load
 from planner.decide.spec import DeciderSpec
-from planner.types import Forecast, LoadForecast, Mode, NoData, Observation, Pool, PoolObservation, Reason
+from planner.types import (
+    Forecast,
+    LengthMix,
+    LoadForecast,
+    Mode,
+    NoData,
+    Observation,
+    Pool,
+    PoolObservation,
+    Reason,
+)
 
 # A quantile far above the mean comes from one past surprise (a spike from a low base gives a relative
 # error of 30x); sizing for it would buy 30x the GPUs. Headroom is capped at 2x the mean.
@@ -36,6 +46,7 @@ class Demand:
     decode: Load  # the decode pool's load: its work quantile, plus its backlog
     reasons: tuple[Reason, ...]
     zero: bool  # zero traffic measured as zero and forecast as zero
+    isl_mix: LengthMix | None = None  # the prompt-length mix's shape (None: exponential around the mean)
 
     def for_pool(self, pool: Pool) -> Load:
         return {Pool.PREFILL: self.prefill, Pool.DECODE: self.decode}.get(pool, self.load)
@@ -140,7 +151,15 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     if spec.policy.mode is Mode.DISAGGREGATED and not zero:
         p_load = _with_backlog(p_load, _queue(obs, Pool.PREFILL), spec.horizon_s)
         d_load = _with_backlog(d_load, _queue(obs, Pool.DECODE), spec.horizon_s)
-    return Demand(load, p_load, d_load, tuple(reasons), zero)
+    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast))
+
+
+def _mix(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -> LengthMix | None:
+    """The forecast's prompt-length mix, else the window's own (the pool every request starts in)."""
+    if forecast is not None and forecast.isl_mix is not None:
+        return forecast.isl_mix
+    front = spec.mode.ttft_pool
+    return LengthMix.from_buckets(obs.pools[front].isl_buckets) if front in obs.pools else None
 
 
 def _queue(obs: Observation, pool: Pool) -> float:

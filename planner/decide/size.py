@@ -16,6 +16,7 @@ from planner.types import Mode, Pool
 
 def size_pools(spec: DeciderSpec, demand: Demand, factors: Factors) -> dict[Pool, Sizing]:
     if spec.mode is Mode.AGGREGATED:
-        return {Pool.AGGREGATED: size_aggregated(spec.model, demand.load, factors.ttft, factors.itl)}
-    return {Pool.PREFILL: size_prefill(spec.model, demand.prefill, factors.ttft),
-            Pool.DECODE: size_decode(spec.model, demand.decode, factors.itl)}
+        return {Pool.AGGREGATED: size_aggregated(spec.model, demand.load, factors.ttft, factors.itl,
+                                                 mix=demand.isl_mix)}
+    return {Pool.PREFILL: size_prefill(spec.model, demand.prefill, factors.ttft, mix=demand.isl_mix),
+            Pool.DECODE: size_decode(spec.model, demand.decode, factors.itl, mix=demand.isl_mix)}

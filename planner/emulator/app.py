@@ -1,28 +1,37 @@
-"""FastAPI app of the emulator: OpenAI /v1/completions and /v1/chat/completions (SSE or not), /metrics."""
+"""FastAPI app of the emulator: vLLM 0.32's OpenAI-compatible server as seen from outside.
+
+/v1/completions and /v1/chat/completions (SSE or not, in vLLM's chunk shapes, protocol.py and
+responses.py), /v1/models, /tokenize, /detokenize, /health, /ping, /version and /metrics (vllm_metrics.py
+plus vLLM's HTTP families from prometheus-fastapi-instrumentator, configured as vLLM configures it).
+Differences from a real server that remain are listed, with reasons, in tests/test_engine_vllm_api.py.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from planner.emulator.engine import EmulatedEngine, Sequence
-from planner.emulator.text import count_prompt_tokens, output_word
-from planner.emulator.vllm_metrics import VllmMetrics
+from planner.emulator.protocol import ApiError, parse_request, tokenize
+from planner.emulator.responses import Reply, models_body
+from planner.emulator.text import VOCAB_SIZE, detokenize, output_word
+from planner.emulator.vllm_metrics import EMULATED_VLLM_VERSION, VllmMetrics, cache_info
 from planner.perf.engine import EngineModel
 from planner.profile import Profile
 from planner.types import Pool
 
-DEFAULT_MAX_TOKENS = 16
 ROLES = tuple(Pool)
+# vLLM's front end leaves these out of its HTTP metrics (vllm/entrypoints/serve/instrumentator/metrics.py).
+UNINSTRUMENTED = ["/metrics", "/health", "/load", "/ping", "/version", "/server_info"]
 
 
 def engine_model_for(profile: Profile, role: str) -> EngineModel:
@@ -33,141 +42,77 @@ def engine_model_for(profile: Profile, role: str) -> EngineModel:
     return EngineModel(prefill=profile.prefill_curve(tp), decode=profile.decode_curve(tp))
 
 
-class BadRequest(ValueError):
-    pass
+@dataclass
+class Served:
+    """What every route needs: the served model and the running engine (set by the app's lifespan)."""
 
+    model_name: str
+    max_model_len: int
+    metrics: VllmMetrics
+    created: int
+    engine: EmulatedEngine | None = None
 
-@dataclass(frozen=True)
-class Parsed:
-    prompt_tokens: int
-    max_tokens: int
-    stream: bool
-    include_usage: bool
-
-
-def _parse(body: Any, chat: bool) -> Parsed:
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest("'messages' must be a non-empty list")
-        words = 0
-        for i, msg in enumerate(messages):
-            content = msg.get("content") if isinstance(msg, dict) else None
-            if isinstance(content, list):  # content parts: count the text ones
-                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-            if not isinstance(content, str):
-                raise BadRequest(f"messages[{i}].content must be a string or a list of text parts")
-            words += count_prompt_tokens(content)
-    else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise BadRequest("'prompt' must be a string (or a list of one string)")
-        words = count_prompt_tokens(prompt)
-    if words < 1:
-        raise BadRequest("the prompt is empty (prompt tokens are whitespace-separated words)")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", DEFAULT_MAX_TOKENS))
-    if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= 1_000_000:
-        raise BadRequest(f"'max_tokens' must be an integer in 1..1000000, got {max_tokens!r}")
-    if body.get("n", 1) != 1:
-        raise BadRequest("only n=1 is supported")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be a boolean")
-    options = body.get("stream_options") or {}
-    include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-    return Parsed(words, max_tokens, stream, include_usage)
-
-
-def _error(message: str, status: int = 400) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": status}},
-                        status_code=status)
+    def running_engine(self) -> EmulatedEngine:
+        if self.engine is None:
+            raise RuntimeError("the emulated engine is not running (app used outside its lifespan)")
+        return self.engine
 
 
 def create_app(engine_model: EngineModel, model_name: str = "emulated", time_scale: float = 1.0,
                max_model_len: int = 32768) -> FastAPI:
-    metrics = VllmMetrics(model_name, max_model_len)
-    holder: dict[str, EmulatedEngine] = {}
+    metrics = VllmMetrics(model_name, max_model_len, cache_labels=cache_info(engine_model.kv_capacity_tokens))
+    served = Served(model_name, max_model_len, metrics, int(time.time()))
+    app = FastAPI(title="planner engine emulator", lifespan=_lifespan(served, engine_model, time_scale))
+    app.state.metrics = metrics
+    _instrument(app, metrics.registry)
+    _add_generation_routes(app, served)
+    _add_server_routes(app, served)
+    return app
 
+
+def _lifespan(served: Served, model: EngineModel, time_scale: float) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = EmulatedEngine(engine_model, metrics, time_scale)
+        engine = EmulatedEngine(model, served.metrics, time_scale)
         engine.start()
-        holder["engine"] = engine
-        app.state.engine = engine
+        served.engine = app.state.engine = engine
         yield
         await engine.stop()
+        served.engine = None
 
-    app = FastAPI(title="planner engine emulator", lifespan=lifespan)
-    app.state.metrics = metrics
+    return lifespan
 
-    def usage(seq: Sequence) -> dict[str, int]:
-        return {"prompt_tokens": seq.prompt_tokens, "completion_tokens": seq.generated,
-                "total_tokens": seq.prompt_tokens + seq.generated}
 
+def _instrument(app: FastAPI, registry: CollectorRegistry) -> None:
+    """http_requests_total, http_request_duration_seconds, ... exactly as vLLM's front end exports them."""
+    from prometheus_fastapi_instrumentator import Instrumentator
+
+    Instrumentator(excluded_handlers=UNINSTRUMENTED, registry=registry).add().instrument(app)
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _json_body(request: Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError("request body is not valid JSON", param="body") from None
+
+
+def _add_generation_routes(app: FastAPI, served: Served) -> None:
     async def serve(request: Request, chat: bool) -> Response:
         try:
-            parsed = _parse(await request.json(), chat)
-        except json.JSONDecodeError:
-            return _error("request body is not valid JSON")
-        except BadRequest as exc:
-            return _error(str(exc))
-        engine = holder["engine"]
+            parsed = parse_request(await _json_body(request), chat, served.model_name, served.max_model_len)
+        except ApiError as exc:
+            return _error(exc)
+        engine = served.running_engine()
         seq = engine.submit(parsed.prompt_tokens, parsed.max_tokens)
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-        obj = "chat.completion" if chat else "text_completion"
-
-        def choice(text: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
-            if chat:
-                delta: dict[str, Any] = {"role": "assistant"} if first else {}
-                if text is not None:
-                    delta["content"] = text
-                return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-
-        if not parsed.stream:
-            pieces = []
-            try:
-                while (token := await seq.tokens.get()) is not None:
-                    pieces.append(output_word(seq.index, token))
-            finally:
-                engine.abort(seq)  # no-op once finished; frees the slot if the client went away
-            text = "".join(pieces)
-            body: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model_name,
-                                    "usage": usage(seq)}
-            if chat:
-                body["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text},
-                                    "logprobs": None, "finish_reason": seq.finished_reason}]
-            else:
-                body["choices"] = [{"index": 0, "text": text, "logprobs": None,
-                                    "finish_reason": seq.finished_reason}]
-            return JSONResponse(body)
-
-        chunk_obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def sse(payload: dict[str, Any]) -> str:
-            return f"data: {json.dumps({'id': rid, 'object': chunk_obj, 'created': created, 'model': model_name, **payload})}\n\n"
-
-        async def events() -> AsyncIterator[str]:
-            first = True
-            try:
-                while (token := await seq.tokens.get()) is not None:
-                    yield sse({"choices": [choice(output_word(seq.index, token), None, first)]})
-                    first = False
-                yield sse({"choices": [choice(None if chat else "", seq.finished_reason)]})
-                if parsed.include_usage:
-                    yield sse({"choices": [], "usage": usage(seq)})
-                yield "data: [DONE]\n\n"
-            finally:
-                engine.abort(seq)
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        reply = Reply(chat, served.model_name, parsed.prompt_tokens, parsed.include_usage, parsed.continuous_usage)
+        if parsed.stream:
+            return StreamingResponse(_events(engine, seq, reply), media_type="text/event-stream")
+        return JSONResponse(await _whole(engine, seq, reply))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -177,18 +122,88 @@ def create_app(engine_model: EngineModel, model_name: str = "emulated", time_sca
     async def chat_completions(request: Request) -> Response:
         return await serve(request, chat=True)
 
+
+async def _whole(engine: EmulatedEngine, seq: Sequence, reply: Reply) -> dict[str, Any]:
+    pieces = []
+    try:
+        while (token := await seq.tokens.get()) is not None:
+            pieces.append(output_word(seq.index, token))
+    finally:
+        engine.abort(seq)  # no-op once finished; frees the slot if the client went away
+    return reply.body("".join(pieces), seq.finished_reason, seq.generated)
+
+
+async def _next_tokens(queue: asyncio.Queue[int | None]) -> tuple[list[int], bool]:
+    """Wait for a token, then take every token already queued (vLLM merges what piled up while the
+    client was slow into one chunk); True once the end mark was taken. The engine queues a request's last
+    token and its end mark in the same step, so the chunk with the last token knows it is the last."""
+    tokens: list[int] = []
+    item = await queue.get()
+    while item is not None:
+        tokens.append(item)
+        if queue.empty():
+            return tokens, False
+        item = queue.get_nowait()
+    return tokens, True
+
+
+async def _events(engine: EmulatedEngine, seq: Sequence, reply: Reply) -> AsyncIterator[str]:
+    sent = 0
+    try:
+        done = False
+        while not done:
+            tokens, done = await _next_tokens(seq.tokens)
+            if reply.chat and sent == 0:
+                yield reply.role_chunk()
+            sent += len(tokens)
+            text = "".join(output_word(seq.index, t) for t in tokens)
+            yield reply.text_chunk(text, sent, seq.finished_reason if done else None)
+        if reply.include_usage:
+            yield reply.usage_chunk(sent)
+        yield "data: [DONE]\n\n"
+    finally:
+        engine.abort(seq)
+
+
+def _add_server_routes(app: FastAPI, served: Served) -> None:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "planner-emulator",
-                                            "max_model_len": max_model_len}]}
+        return models_body(served.model_name, served.max_model_len, served.created)
 
     @app.get("/health")
     async def health() -> Response:
         return Response(status_code=200)
 
+    @app.api_route("/ping", methods=["GET", "POST"])
+    async def ping() -> Response:  # SageMaker's health check, served by vLLM as /health
+        return Response(status_code=200)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": EMULATED_VLLM_VERSION}
+
+    @app.post("/tokenize")
+    async def tokenize_route(request: Request) -> Response:
+        try:
+            ids = tokenize(await _json_body(request))
+        except ApiError as exc:
+            return _error(exc)
+        return JSONResponse({"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids,
+                             "token_strs": None})
+
+    @app.post("/detokenize")
+    async def detokenize_route(request: Request) -> Response:
+        try:
+            raw = await _json_body(request)
+        except ApiError as exc:
+            return _error(exc)
+        ids = raw.get("tokens") if isinstance(raw, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, int) and 0 <= i < VOCAB_SIZE for i in ids):
+            return _error(ApiError(f"'tokens' must be a list of token ids in 0..{VOCAB_SIZE - 1}", param="tokens"))
+        return JSONResponse({"prompt": detokenize(ids)})
+
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
         # async: rendered on the event loop, between engine iterations, so one scrape is one instant.
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(served.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return app

@@ -96,7 +96,8 @@ class EmulatedEngine:
         now = asyncio.get_running_loop().time()
         seq = Sequence(next(self._ids), prompt_tokens, max_tokens, now)
         self.waiting.append(seq)
-        self.metrics.request_params_max_tokens.observe(max_tokens)
+        self.metrics.request_params_n.observe(1)  # vLLM observes both on arrival, max_tokens at the end
+        self.metrics.request_max_num_generation_tokens.observe(max_tokens)
         self._sync_gauges()
         self._wake.set()
         return seq
@@ -130,6 +131,7 @@ class EmulatedEngine:
             self.waiting.popleft()
             seq.scheduled_s = asyncio.get_running_loop().time()
             self.running.append(seq)
+            self.metrics.prefix_cache_queries.inc(seq.prompt_tokens)  # looked up, never found: no prefix cache
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -181,6 +183,7 @@ class EmulatedEngine:
                 m.time_to_first_token.observe(ttft)
                 self.ttft_s.append(ttft)
                 m.prompt_tokens.inc(seq.prompt_tokens)
+                m.prompt_tokens_by_source["local_compute"].inc(seq.prompt_tokens)
                 self._emit(seq, now)
         self._sync_gauges()
 
@@ -194,22 +197,27 @@ class EmulatedEngine:
             self._finish(seq, "length", now)
 
     def _finish(self, seq: Sequence, reason: str, now: float) -> None:
+        """vLLM's per-request observations (IterationStats.update_from_finished_request), one each per
+        finished request whatever the reason; a phase the request never reached is observed as 0 s."""
         m = self.metrics
         seq.finished_reason = reason
         seq.tokens.put_nowait(None)
         m.request_success[reason].inc()
         m.request_prompt_tokens.observe(seq.prompt_tokens)
         m.request_generation_tokens.observe(seq.generated)
+        m.request_params_max_tokens.observe(seq.max_tokens)
+        m.request_num_preemptions.observe(0)  # admission reserves prompt + max_tokens: never preempted
+        m.request_prefill_kv_computed_tokens.observe(seq.prompt_tokens)  # no prefix cache: all computed
         e2e = now - seq.arrival_s
         m.e2e_request_latency.observe(e2e)
         scheduled = seq.scheduled_s if seq.scheduled_s is not None else now
+        first = seq.first_token_s if seq.first_token_s is not None else scheduled
+        last = seq.last_token_s if seq.last_token_s is not None else first
         m.request_queue_time.observe(scheduled - seq.arrival_s)
-        m.request_inference_time.observe(now - scheduled)
-        if seq.first_token_s is not None:
-            m.request_prefill_time.observe(seq.first_token_s - scheduled)
-            m.request_decode_time.observe(now - seq.first_token_s)
-            if seq.generated > 1:
-                m.request_time_per_output_token.observe((now - seq.first_token_s) / (seq.generated - 1))
+        m.request_inference_time.observe(last - scheduled)
+        m.request_prefill_time.observe(first - scheduled)
+        m.request_decode_time.observe(last - first)
+        m.request_time_per_output_token.observe((last - first) / (seq.generated - 1) if seq.generated > 1 else 0.0)
         ttft = seq.first_token_s - seq.arrival_s if seq.first_token_s is not None else None
         self.served.append(Served(seq.prompt_tokens, seq.generated, reason, ttft, e2e))
 
@@ -217,5 +225,6 @@ class EmulatedEngine:
         m = self.metrics
         m.num_requests_running.set(len(self.running))
         m.num_requests_waiting.set(len(self.waiting))
+        m.num_requests_waiting_by_reason["capacity"].set(len(self.waiting))  # nothing is ever deferred
         capacity = self.model.kv_capacity_tokens
         m.kv_cache_usage_perc.set(min(1.0, self.kv_used_tokens / capacity) if capacity > 0 else 0.0)

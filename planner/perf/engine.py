@@ -9,6 +9,7 @@ context. An aggregated engine piggy-backs a prefill chunk on a decode step and p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,10 +26,16 @@ class EngineModel:
         return self.prefill.ttft_ms(max(1.0, tokens)).value / 1e3
 
     def prefill_s(self, isl: float) -> float:
-        """Compute time of one whole prompt on an idle replica (chunks run back to back)."""
-        full, rest = divmod(max(1.0, isl), self.chunk_tokens)
-        t = full * self.prefill_iteration_s(self.chunk_tokens)
-        return t + (self.prefill_iteration_s(rest) if rest else 0.0)
+        """Compute time of one whole prompt on an idle replica, its chunks run back to back.
+
+        Each chunk costs its marginal time on the prompt's own curve (as ``prefill_batch_s``: later chunks
+        attend to a longer prefix), and each chunk is an iteration that pays the fixed cost, so a prompt of n
+        chunks takes ttft(isl) + (n - 1) x the fixed cost. (Pricing every chunk as a fresh ``chunk_tokens``
+        prompt left out the prefix attention: 2.6 s instead of 6.6 s for an 85k prompt of Llama-3.1-8B.)
+        """
+        tokens = max(1.0, isl)
+        chunks = max(1, math.ceil(tokens / self.chunk_tokens))
+        return self.prefill_iteration_s(tokens) + (chunks - 1) * self.prefill_overhead_s()
 
     def prefill_overhead_s(self) -> float:
         """Fixed cost of one prefill iteration (weights read, launch): the curve's intercept at zero tokens,

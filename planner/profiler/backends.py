@@ -28,8 +28,21 @@ def _torch(model: ModelSpec, hw: HardwareSpec, req: SweepRequest) -> Profile:
     return torch_backend.profile_torch(model, hw, req)
 
 
-BACKENDS: dict[str, Backend] = {"analytical": _analytical, "torch": _torch}
-PLANNED = ("endpoint", "kubernetes")
+def _endpoint(model: ModelSpec, hw: HardwareSpec, req: SweepRequest) -> Profile:
+    from planner.profiler.endpoint import profile_endpoint
+
+    return profile_endpoint(model, hw, req)
+
+
+def _kubernetes(model: ModelSpec, hw: HardwareSpec, req: SweepRequest) -> Profile:
+    from planner.profiler.kubernetes_backend import profile_kubernetes
+
+    return profile_kubernetes(model, hw, req)
+
+
+BACKENDS: dict[str, Backend] = {"analytical": _analytical, "torch": _torch, "endpoint": _endpoint,
+                                "kubernetes": _kubernetes}
+PLANNED: tuple[str, ...] = ()
 
 
 def get_backend(name: str) -> Backend:

@@ -6,17 +6,29 @@ calls ``sys.exit`` on bad parameters (INTEGRATION.md §4.4). This one is a singl
 per tick before it actuates: acquire, renew, or take over an expired lease, each a compare-and-swap on
 ``metadata.resourceVersion`` so two candidates can never both win a write.
 
-Safety: a leader that cannot renew stops acting once ``lease_duration_s`` has passed since its last
-successful renewal, which is exactly when a standby may take over.
+Safety against split brain:
+- every Lease call carries ``request_timeout_s`` (default a fifth of the lease, at most 5 s): an API server
+  that accepts connections and never answers costs one timeout, not the lease;
+- after a failed call leadership is judged by the clock *after* the call, not by the tick's start;
+- ``may_write()``, asked by the actuator right before every write, refuses once the lease may have
+  expired (last renewal + duration - ``request_timeout_s``, the longest a write may still be in flight), so
+  an old leader never writes after a standby may have taken over.
+A lease that cannot be taken at all (403: no RBAC on leases; 404 on the API; unreachable) is a *problem*
+(``problem``): logged with the RBAC hint when it starts, counted by the loop each tick, and it fails
+readiness. Losing a race or finding the lease held by another candidate is not a problem: that is standby.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 log = logging.getLogger("planner.leader")
+RBAC_HINT = ("the planner's ServiceAccount needs get/update on the Lease {name!r} and create on leases in "
+             "namespace {namespace} (deploy/components/leader-election)")
 
 
 def _ts(now_s: float) -> datetime:
@@ -28,7 +40,8 @@ def _ts(now_s: float) -> datetime:
 
 class LeaseElector:
     def __init__(self, api_client: Any, name: str, namespace: str, identity: str, lease_duration_s: float,
-                 logger: logging.Logger = log) -> None:
+                 logger: logging.Logger = log, *, clock: Callable[[], float] | None = None,
+                 request_timeout_s: float | None = None) -> None:
         from kubernetes import client
 
         if lease_duration_s <= 0:
@@ -36,9 +49,28 @@ class LeaseElector:
         self.api = client.CoordinationV1Api(api_client)
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_duration_s = float(lease_duration_s)
+        self.request_timeout_s = float(request_timeout_s or max(0.1, min(5.0, self.lease_duration_s / 5.0)))
         self.logger = logger
+        self.clock = clock  # the control loop's clock; None: judge by the ``now_s`` each call is given
         self._renewed_s: float | None = None  # our last successful acquire/renew
         self._leader = False
+        self.problem: str | None = None  # why the lease cannot be taken or renewed; None when it can
+        self.holder: str | None = None  # the identity holding the lease at our last read
+        self._lock = threading.Lock()
+
+    def _now(self, fallback_s: float) -> float:
+        return self.clock() if self.clock is not None else fallback_s
+
+    def may_write(self) -> str | None:
+        """None while this candidate surely leads; else why it must not write (asked before every write)."""
+        now_s = self._now(self._renewed_s or 0.0)
+        if not self._leader or self._renewed_s is None:
+            return f"not the leader of lease {self.namespace}/{self.name}"
+        left_s = self._renewed_s + self.lease_duration_s - now_s
+        if left_s <= self.request_timeout_s:
+            return (f"lease {self.namespace}/{self.name} last renewed {now_s - self._renewed_s:.1f}s ago "
+                    f"(duration {self.lease_duration_s:g}s): another candidate may lead by now")
+        return None
 
     @property
     def is_leader(self) -> bool:
@@ -52,22 +84,48 @@ class LeaseElector:
             lease_transitions=transitions)
 
     def step(self, now_s: float) -> bool:
-        """Try to become or stay leader at ``now_s``; returns whether this candidate may act now."""
+        """Try to become or stay leader at ``now_s``; returns whether this candidate may act now.
+
+        Thread-safe: the loops of several policies share one elector. A renewal younger than a third of the
+        lease is not repeated (the loops of one process would otherwise race each other to a 409)."""
+        with self._lock:
+            if self._leader and self._renewed_s is not None and 0 <= now_s - self._renewed_s < \
+                    self.lease_duration_s / 3:
+                return True
+            return self._step_locked(now_s)
+
+    def _step_locked(self, now_s: float) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         try:
             won = self._step(now_s)
+            problem = None
         except ApiException as exc:
-            self.logger.warning("lease %s/%s: API error %s %s", self.namespace, self.name, exc.status, exc.reason)
-            won = self._within_lease(now_s)
+            problem = self._describe(exc)
+            won = self._within_lease(self._now(now_s))  # judged after the call: it may have taken long
         except Exception as exc:  # noqa: BLE001 - API unreachable: keep leading only while the lease holds
-            self.logger.warning("lease %s/%s: %s", self.namespace, self.name, exc)
-            won = self._within_lease(now_s)
+            problem = f"lease {self.namespace}/{self.name}: cannot reach the API server ({type(exc).__name__}: " \
+                      f"{str(exc)[:160]})"
+            won = self._within_lease(self._now(now_s))
+        if problem != self.problem:
+            if problem is not None:
+                self.logger.error("%s; %s", problem, "acting until the lease expires" if won else "not acting")
+            else:
+                self.logger.info("lease %s/%s: reachable again", self.namespace, self.name)
+        self.problem = problem
         if won != self._leader:
             self.logger.info("lease %s/%s: %s is %s", self.namespace, self.name, self.identity,
                              "now the leader" if won else "no longer the leader")
         self._leader = won
         return won
+
+    def _describe(self, exc: Any) -> str:
+        where = f"lease {self.namespace}/{self.name}"
+        if exc.status == 403:
+            return f"{where}: forbidden (403); " + RBAC_HINT.format(name=self.name, namespace=self.namespace)
+        if exc.status == 404:
+            return f"{where}: API error 404 (is coordination.k8s.io/v1 served?)"
+        return f"{where}: API error {exc.status} {exc.reason}"
 
     def _within_lease(self, now_s: float) -> bool:
         return self._leader and self._renewed_s is not None and now_s - self._renewed_s < self.lease_duration_s
@@ -77,22 +135,25 @@ class LeaseElector:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace,
+                                                   _request_timeout=self.request_timeout_s)
         except ApiException as exc:
             if exc.status != 404:
                 raise
             body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
                                   spec=self._spec(now_s, None, 0))
             try:
-                self.api.create_namespaced_lease(self.namespace, body)
+                self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.request_timeout_s)
             except ApiException as exc2:
                 if exc2.status == 409:
                     return False  # another candidate created it first
                 raise
             self._renewed_s = now_s
+            self.holder = self.identity
             return True
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity
+        self.holder = holder
         renewed = spec.renew_time.timestamp() if spec.renew_time is not None else None
         duration = float(spec.lease_duration_seconds or self.lease_duration_s)
         expired = renewed is None or now_s >= renewed + duration
@@ -102,7 +163,8 @@ class LeaseElector:
         acquired = spec.acquire_time if holder == self.identity else None
         lease.spec = self._spec(now_s, acquired, transitions)
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+            self.api.replace_namespaced_lease(self.name, self.namespace, lease,
+                                              _request_timeout=self.request_timeout_s)
         except ApiException as exc:
             if exc.status == 409:
                 return False  # someone else renewed or took over between our read and write
@@ -115,11 +177,12 @@ class LeaseElector:
         if not self._leader:
             return
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.request_timeout_s)
             if lease.spec is not None and lease.spec.holder_identity == self.identity:
                 lease.spec.holder_identity = None
                 lease.spec.renew_time = _ts(now_s - self.lease_duration_s)
-                self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+                self.api.replace_namespaced_lease(self.name, self.namespace, lease,
+                                                  _request_timeout=self.request_timeout_s)
         except Exception as exc:  # noqa: BLE001 - best effort; the lease expires anyway
             self.logger.info("lease %s/%s: release failed (%s)", self.namespace, self.name, exc)
         self._leader = False

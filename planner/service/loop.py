@@ -6,12 +6,23 @@ running back to back (INTEGRATION.md §7: no overlap, no burst of catch-up ticks
 
 Failure policy, per stage (every failure is counted in ``planner_errors_total{kind}`` and logged):
 - read fails or returns NoData: the controller gets the NoData and holds (missing data never scales down);
-  the missing-signal monitor turns readiness degraded after the policy's number of intervals;
+  one log line per outage; the missing-signal monitor turns readiness degraded after the policy's number
+  of intervals;
 - the controller raises: no decision this tick (kind ``decide``), nothing is applied;
 - the actuator raises: kind ``actuate``; the same decision is applied again next tick (actuators are
-  idempotent, so a retry is exactly a re-apply).
+  idempotent, so a retry is exactly a re-apply); a write refused because the Lease may have expired is
+  kind ``leader``.
+
+Seeding (service/seed.py): before the first decision it acts on - at start and again on every takeover of
+the Lease - the loop reads what the targets hold (``actuator.read_replicas()``: the scale subresource's
+``spec.replicas``) and seeds the controller's state with it, so the behaviour rules apply from the first
+tick. An actuator that cannot read the cluster (None) is seeded from the first observation's ready
+replicas instead, and the loop says so once; one whose read fails (kind ``seed``) applies nothing until a
+read succeeds.
+
 With leader election a standby keeps reading and keeps the controller's history warm, but neither
-publishes nor actuates.
+publishes nor actuates. A Lease that cannot be taken (403, unreachable) is counted each tick (kind
+``leader``) and fails readiness; ``planner_leader`` says who acts.
 """
 
 from __future__ import annotations
@@ -24,8 +35,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from planner.actuators.desired import DesiredStore
+from planner.actuators.errors import LeadershipLost
 from planner.clock import Clock
+from planner.service.decisions import DecisionLog, tick_record
 from planner.service.monitor import MissingSignalMonitor
+from planner.service.seed import ready_replicas, seeded_state
 from planner.telemetry import PlannerMetrics, record_decision, record_error, record_observation, record_tick
 from planner.types import (
     Actuator,
@@ -45,6 +59,11 @@ class Elector(Protocol):  # the slice of service.leader.LeaseElector the loop us
     def step(self, now_s: float) -> bool: ...
 
 
+class EventRecorder(Protocol):  # service.events.ScaleEvents
+    def record(self, decision: Decision, applied: Applied, observation: Observation | NoData,
+               now_s: float) -> int: ...
+
+
 @dataclass(frozen=True)
 class TickResult:
     at_s: float
@@ -59,6 +78,7 @@ class ControlLoop:
     def __init__(self, policy, controller: Controller, source: MetricSource, actuator: Actuator,  # noqa: ANN001
                  metrics: PlannerMetrics, clock: Clock, *, monitor: MissingSignalMonitor | None = None,
                  store: DesiredStore | None = None, elector: Elector | None = None,
+                 events: EventRecorder | None = None, decisions: DecisionLog | None = None,
                  logger: logging.Logger = log) -> None:
         self.policy = policy
         self.name = policy.name
@@ -69,14 +89,19 @@ class ControlLoop:
         self.actuator = actuator
         self.metrics = metrics
         self.clock = clock
-        self.monitor = monitor or MissingSignalMonitor.for_policy(policy, metrics)
+        self.monitor = monitor or MissingSignalMonitor.for_policy(policy, metrics, source_name(source))
         self.store = store or DesiredStore(policy.name, policy.pool_names())
         self.elector = elector
+        self.events = events
+        self.decisions = decisions if decisions is not None else DecisionLog()
         self.logger = logger
         self.actuator_kind: str = policy.actuator.kind  # what answers KEDA (runner: "dry-run" under --dry-run)
         self.ticks = 0
         self._read_s: float | None = None
+        self._seeded = False  # the controller's state reflects what the targets hold (re-done on takeover)
+        self._said_unseedable = False
         self.last: TickResult | None = None
+        self.profile: object | None = None  # the policy's profile, for what-ifs (POST /v1/plan); set by the runner
 
     # ------------------------------------------------------------------------------------------ one tick
     def tick(self) -> TickResult:
@@ -93,6 +118,10 @@ class ControlLoop:
         record_tick(self.metrics, self.name, time.perf_counter() - started, self._read_s)
         self.ticks += 1
         self.last = result
+        if result.decision is not None or result.error:
+            self.decisions.append(tick_record(self.name, result.at_s, result.leader, result.observation,
+                                              result.decision, getattr(self.controller, "last_forecast", None),
+                                              result.applied, result.error))
         return result
 
     def _read(self, now_s: float) -> Observation | NoData:
@@ -100,17 +129,59 @@ class ControlLoop:
         try:
             return self.source.read(self.window_s, now_s)
         except Exception as exc:  # noqa: BLE001 - a source must return NoData; one that raises still must not stop us
-            self.logger.warning("policy %s: metrics read raised %s: %s", self.name, type(exc).__name__, exc)
             return NoData(NoDataReason.UNREACHABLE, f"{type(exc).__name__}: {exc}", now_s)
         finally:
             self._read_s = time.perf_counter() - started
 
+    def _lead(self, now_s: float) -> bool:
+        if self.elector is None:
+            return True
+        leader = self.elector.step(now_s)
+        problem = getattr(self.elector, "problem", None)
+        self.metrics.leader.labels(policy=self.name).set(1 if leader else 0)
+        self.monitor.set_problem("lease", problem)
+        if problem is not None:
+            record_error(self.metrics, self.name, "leader")
+        if not leader:
+            self._seeded = False  # whoever leads now moves the targets: re-read them on takeover
+        return leader
+
+    def _seed(self, observation: Observation | NoData, now_s: float) -> str | None:
+        """Seed the controller from what the targets hold; returns an error to hold on, None when done."""
+        if self._seeded or not hasattr(self.controller, "state"):
+            return None
+        read = getattr(self.actuator, "read_replicas", None)
+        try:
+            replicas = read() if read is not None else None
+        except Exception as exc:  # noqa: BLE001 - no write before we know what is there
+            record_error(self.metrics, self.name, "seed")
+            self.logger.warning("policy %s: cannot read the targets' replicas, applying nothing until it can: %s",
+                                self.name, exc)
+            return f"seed: {exc}"
+        source = "the targets' spec.replicas"
+        if replicas is None:
+            if not self._said_unseedable:
+                self.logger.warning("policy %s: actuator %s cannot read the targets' spec.replicas (no "
+                                    "credentials, no targets, or no permission); seeding from the ready replicas "
+                                    "the metrics show, which are fewer while pods start", self.name,
+                                    self.actuator_kind)
+                self._said_unseedable = True
+            if not isinstance(observation, Observation):
+                return None  # nothing to seed from yet; the decision holds on NoData anyway
+            replicas = ready_replicas(observation, tuple(self.policy.pool_names()))
+            source = "the ready replicas"
+        if replicas:
+            self.controller.state = seeded_state(self.controller.state, replicas, now_s)  # type: ignore[attr-defined]
+            self.logger.info("policy %s: seeded from %s: %s", self.name, source,
+                             ", ".join(f"{p}={n}" for p, n in replicas.items()))
+        self._seeded = True
+        return None
+
     def _tick(self, now_s: float) -> TickResult:
-        leader = True
-        if self.elector is not None:
-            leader = self.elector.step(now_s)
+        leader = self._lead(now_s)
         observation = self._read(now_s)
         self.monitor.observe(observation, now_s)
+        held = self._seed(observation, now_s) if leader else None
         try:
             decision = self.controller.tick(observation, now_s)
         except Exception as exc:  # noqa: BLE001 - a bug in one tick must not stop scaling for good
@@ -118,17 +189,32 @@ class ControlLoop:
             record_observation(self.metrics, self.name, observation)
             self.logger.exception("policy %s: decide failed; holding", self.name)
             return TickResult(now_s, observation, leader=leader, error=f"decide: {exc}")
-        if not leader:
-            return TickResult(now_s, observation, decision, leader=False)
+        if not leader or held:
+            problem = getattr(self.elector, "problem", None)
+            return TickResult(now_s, observation, decision, leader=leader,
+                              error=held or (f"leader: {problem}" if problem else None))
         record_decision(self.metrics, self.name, decision, getattr(self.controller, "last_forecast", None),
                         observation)
+        return self._apply(decision, observation, now_s)
+
+    def _apply(self, decision: Decision, observation: Observation | NoData, now_s: float) -> TickResult:
         targets = decision.targets()
         try:
             applied = self.actuator.apply(targets)
+        except LeadershipLost as exc:
+            record_error(self.metrics, self.name, "leader")
+            self._seeded = False
+            self.logger.warning("policy %s: %s", self.name, exc)
+            return TickResult(now_s, observation, decision, leader=False, error=f"leader: {exc}")
         except Exception as exc:  # noqa: BLE001 - ActuationError and anything else: count, log, retry next tick
             record_error(self.metrics, self.name, "actuate")
             self.logger.warning("policy %s: actuation failed (retrying next tick): %s", self.name, exc)
             return TickResult(now_s, observation, decision, leader=True, error=f"actuate: {exc}")
+        if any(applied.after.get(p, n) != n for p, n in targets.items()):
+            self._seeded = False  # another writer moved a target: the next tick decides from what is there
+        if self.events is not None and applied.changed:
+            for _ in range(self.events.record(decision, applied, observation, now_s)):
+                record_error(self.metrics, self.name, "event")
         self._explain(decision, applied, observation)
         return TickResult(now_s, observation, decision, applied, leader=True)
 
@@ -160,3 +246,9 @@ class ControlLoop:
                 break
             wait(max(0.0, start_s + k * self.interval_s - now_s))
         return ran
+
+
+def source_name(source: object) -> str:
+    """How log lines name the metrics source: "Prometheus" for the Prometheus source, else its class."""
+    name = type(source).__name__
+    return "Prometheus" if name == "PrometheusSource" else name

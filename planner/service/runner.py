@@ -1,26 +1,28 @@
-"""Assemble and run the long-running controller: loop + HTTP (/metrics, /healthz, /readyz, /v1/desired)
-+ KEDA external scaler (gRPC) + optional Lease leader election. Used by ``planner run``."""
+"""Assemble and run the long-running controller: one control loop per policy + one HTTP server (the API of
+service/api.py) + the KEDA external scaler (gRPC) + optional Lease leader election. Used by ``planner run``.
+
+Several policies (``planner run --policy A --policy B``) run as one loop each, on its own thread and its own
+grid, sharing the metrics registry (every series is labelled by policy), the HTTP and gRPC servers, and one
+Lease: the process leads for all of its policies or for none.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import signal
 import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.actuators.desired import DesiredStore
+from planner.actuators.desired import DesiredStore, DesiredStores
 from planner.actuators.factory import load_api_client, make_actuator, needs_api
-from planner.actuators.keda_http import desired_router
-from planner.actuators.registry import REGISTRY
 from planner.actuators.targets import targets_from_policy
 from planner.clock import Clock, SystemClock
 from planner.errors import UserError
-from planner.service.loop import ControlLoop
+from planner.service.grpc_thread import GrpcThread
+from planner.service.loop import ControlLoop, source_name
 from planner.service.monitor import MissingSignalMonitor
 from planner.telemetry import PlannerMetrics
 
@@ -42,42 +44,90 @@ class RunOptions:
     lease_namespace: str | None = None
     identity: str | None = None
     lease_duration_s: float | None = None
+    more_policies: tuple[Path, ...] = ()  # planner run --policy A --policy B: B, ...
+    api_token: str | None = None  # --api-token-file's content: required on every non-GET request
+
+    @property
+    def policy_paths(self) -> tuple[Path, ...]:
+        return (self.policy_path, *self.more_policies)
+
+
+def _load(path: Path) -> tuple[Any, Any]:
+    from planner.config import load_policy
+    from planner.profile import load_profile
+
+    policy = load_policy(path)
+    if policy.metrics.source != "prometheus":
+        raise UserError(f"{path}: key 'metrics.source' = {policy.metrics.source!r}: `planner run` reads "
+                        "Prometheus; the simulator source is for `planner backtest`")
+    if policy.actuator.kind == "kubernetes":
+        targets_from_policy(policy)  # bad targets are a config error, reported before any credentials matter
+    return policy, load_profile(policy.profile)
+
+
+def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -> Any:
+    from planner.service.leader import LeaseElector
+
+    namespace = opts.lease_namespace or _own_namespace(policy)
+    identity = opts.identity or os.environ.get("HOSTNAME") or socket.gethostname()
+    duration = opts.lease_duration_s or max(15.0, 3.0 * policy.interval_s)
+    return LeaseElector(api_client, opts.lease_name, namespace, identity, duration, clock=clock.now_s)
 
 
 def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = None,
-               metrics: PlannerMetrics | None = None) -> ControlLoop:
-    from planner.config import load_policy
+               metrics: PlannerMetrics | None = None, policy_path: Path | None = None,
+               elector: Any = None) -> ControlLoop:
+    """The loop for one policy (``policy_path``, default the first); ``elector`` shared between loops."""
     from planner.controller import make_planner_controller
-    from planner.profile import load_profile
     from planner.sources.prometheus import PrometheusSource
 
-    policy = load_policy(opts.policy_path)
-    if policy.metrics.source != "prometheus":
-        raise UserError(f"{opts.policy_path}: key 'metrics.source' = {policy.metrics.source!r}: `planner run` reads "
-                        "Prometheus; the simulator source is for `planner backtest`")
-    profile = load_profile(policy.profile)
+    policy, profile = _load(policy_path or opts.policy_path)
+    clock = clock or SystemClock()
     metrics = metrics or PlannerMetrics()
     store = DesiredStore(policy.name, policy.pool_names())
-    if policy.actuator.kind == "kubernetes":
-        targets_from_policy(policy)  # bad targets are a config error, reported before any credentials matter
-    if (needs_api(policy, opts.dry_run) or opts.leader_elect) and api_client is None:
+    acting = needs_api(policy, opts.dry_run)
+    if (acting or opts.leader_elect) and api_client is None:
         api_client = load_api_client()
-    actuator = make_actuator(policy, store, dry_run=opts.dry_run, api_client=api_client)
+    elif api_client is None and not opts.dry_run and policy.actuator.kind in ("keda", "hpa"):
+        api_client = load_api_client(required=False, in_cluster_only=True)  # to read what KEDA/HPA set
+    if opts.leader_elect and elector is None:
+        elector = make_elector(opts, policy, api_client, clock)
+    context: dict[str, Any] = {"metrics": metrics}
+    if acting:
+        context["on_conflict"] = lambda pool: metrics.actuation_conflicts.labels(policy=policy.name, pool=pool).inc()
+        if elector is not None:
+            context.update(may_write=elector.may_write, request_timeout_s=elector.request_timeout_s)
+    actuator = make_actuator(policy, store, dry_run=opts.dry_run, api_client=api_client, **context)
     overrides = {"url": opts.metrics_url} if opts.metrics_url else {}
     source = PrometheusSource.from_policy(policy, **overrides)
-    elector = None
-    if opts.leader_elect:
-        from planner.service.leader import LeaseElector
+    events = None
+    if acting:
+        from planner.service.events import ScaleEvents
 
-        namespace = opts.lease_namespace or _own_namespace(policy)
-        identity = opts.identity or os.environ.get("HOSTNAME") or socket.gethostname()
-        duration = opts.lease_duration_s or max(15.0, 3.0 * policy.interval_s)
-        elector = LeaseElector(api_client, opts.lease_name, namespace, identity, duration)
-    loop = ControlLoop(policy, make_planner_controller(policy, profile), source, actuator, metrics,
-                       clock or SystemClock(), monitor=MissingSignalMonitor.for_policy(policy, metrics),
-                       store=store, elector=elector)
+        events = ScaleEvents(api_client, targets_from_policy(policy), policy.name,
+                             instance=getattr(elector, "identity", "") or socket.gethostname())
+    loop = ControlLoop(policy, make_planner_controller(policy, profile), source, actuator, metrics, clock,
+                       monitor=MissingSignalMonitor.for_policy(policy, metrics, source_name(source)),
+                       store=store, elector=elector, events=events)
     loop.actuator_kind = "dry-run" if opts.dry_run else policy.actuator.kind
+    loop.profile = profile  # POST /v1/plan sizes with it
     return loop
+
+
+def build_loops(opts: RunOptions, clock: Clock | None = None, api_client: Any = None) -> list[ControlLoop]:
+    """One loop per policy, sharing the metrics registry, the clock and (with --leader-elect) one Lease."""
+    clock = clock or SystemClock()
+    metrics = PlannerMetrics()
+    loops: list[ControlLoop] = []
+    elector = None
+    for path in opts.policy_paths:
+        loop = build_loop(opts, clock, api_client, metrics, path, elector)
+        if any(other.name == loop.name for other in loops):
+            raise UserError(f"--policy {path}: policy name {loop.name!r} is already run by another --policy; "
+                            "names label every metric and must differ", key="policy")
+        elector = elector or loop.elector
+        loops.append(loop)
+    return loops
 
 
 def _own_namespace(policy) -> str:  # noqa: ANN001
@@ -87,54 +137,11 @@ def _own_namespace(policy) -> str:  # noqa: ANN001
         (policy.pool(p).target.namespace for p in policy.pool_names() if policy.pool(p).target), "default")
 
 
-def create_service_app(loop: ControlLoop) -> Any:
-    from planner.service.app import create_app
+def create_service_app(loop_or_loops: ControlLoop | list[ControlLoop], token: str | None = None) -> Any:
+    from planner.service.api import create_service_app as create
 
-    app = create_app(loop.metrics.registry, loop.monitor.status, title=f"planner {loop.name}")
-    kind = loop.actuator_kind
-    silent = None if REGISTRY[kind].publishes else (f"actuator kind {kind!r} does not publish desired replicas "
-                                                   "(KEDA and HPA read them with kind keda or hpa)")
-    app.include_router(desired_router(loop.store, silent))
-    return app
-
-
-class GrpcThread:
-    """The KEDA external scaler on its own event loop thread (the control loop is synchronous)."""
-
-    def __init__(self, store: DesiredStore, host: str, port: int) -> None:
-        self.store, self.host, self.port = store, host, port
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="grpc-external-scaler", daemon=True)
-
-    def _run(self) -> None:
-        from planner.actuators.keda_grpc import start_grpc_server
-
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._server, self.port = self._loop.run_until_complete(
-                start_grpc_server(self.store, self.host, self.port))
-        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.run_until_complete(self._server.stop(1.0))
-        self._loop.close()
-
-    def start(self) -> GrpcThread:
-        self._thread.start()
-        self._ready.wait(20)
-        if self._error is not None:
-            raise UserError(f"grpc_port {self.port}: cannot start the external scaler ({self._error})", key="grpc_port")
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
+    loops = loop_or_loops if isinstance(loop_or_loops, list) else [loop_or_loops]
+    return create(loops, token, title=f"planner {', '.join(loop.name for loop in loops)}")
 
 
 class Service:
@@ -142,7 +149,8 @@ class Service:
 
     def __init__(self, opts: RunOptions, api_client: Any = None, clock: Clock | None = None) -> None:
         self.opts = opts
-        self.loop = build_loop(opts, clock=clock, api_client=api_client)
+        self.loops = build_loops(opts, clock=clock, api_client=api_client)
+        self.loop = self.loops[0]
         self.stop_event = threading.Event()
         self.http: Any = None
         self.grpc: GrpcThread | None = None
@@ -150,26 +158,48 @@ class Service:
     def start(self) -> Service:
         from planner.service.background import BackgroundServer
 
-        self.http = BackgroundServer(create_service_app(self.loop), host=self.opts.host, port=self.opts.port).start()
+        app = create_service_app(self.loops, self.opts.api_token)
+        self.http = BackgroundServer(app, host=self.opts.host, port=self.opts.port).start()
         if self.opts.grpc_port:
             try:
-                self.grpc = GrpcThread(self.loop.store, self.opts.host, self.opts.grpc_port).start()
+                stores = DesiredStores([loop.store for loop in self.loops])
+                self.grpc = GrpcThread(stores, self.opts.host, self.opts.grpc_port).start()
             except BaseException:
                 self.http.stop()
                 self.http = None
                 raise
-        log.info("planner %s: http on %s:%d%s; actuator %s; every %gs", self.loop.name, self.opts.host,
-                 self.http.port, f", grpc on {self.grpc.port}" if self.grpc else "",
-                 type(self.loop.actuator).__name__, self.loop.interval_s)
+        if self.opts.api_token is None:
+            log.warning("no --api-token-file: POST /v1/plan answers anyone who reaches port %d", self.http.port)
+        for loop in self.loops:
+            log.info("planner %s: http on %s:%d%s; actuator %s; every %gs", loop.name, self.opts.host,
+                     self.http.port, f", grpc on {self.grpc.port}" if self.grpc else "",
+                     type(loop.actuator).__name__, loop.interval_s)
         return self
 
     def run(self) -> int:
+        """Tick every loop until stopped; returns the ticks run (all policies together)."""
         try:
-            return self.loop.run(self.stop_event, wait=self.stop_event.wait)
+            if len(self.loops) == 1:
+                return self.loop.run(self.stop_event, wait=self.stop_event.wait)
+            counts = [0] * len(self.loops)
+
+            def run_one(i: int) -> None:
+                counts[i] = self.loops[i].run(self.stop_event, wait=self.stop_event.wait)
+
+            threads = [threading.Thread(target=run_one, args=(i,), name=f"loop-{loop.name}", daemon=True)
+                       for i, loop in enumerate(self.loops)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return sum(counts)
         finally:
             self.close()
 
     def close(self) -> None:
+        close_actuator = getattr(self.loop.actuator, "close", None)
+        if close_actuator is not None:  # the process actuator stops the engines it started
+            close_actuator()
         elector = self.loop.elector
         if elector is not None and hasattr(elector, "release"):
             elector.release(self.loop.clock.now_s())
@@ -183,6 +213,8 @@ class Service:
 
 def serve(opts: RunOptions) -> int:
     """Run until SIGTERM/SIGINT; returns the number of ticks."""
+    import signal
+
     service = Service(opts)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -170,6 +170,9 @@ def _references(bound: LowerBound, offline: OfflineSchedule, policy: Policy, dur
     return {"lower_bound": bound.to_report(),
             "offline": {**scores, "method": offline.method, "simulations": offline.simulations,
                         "seeded_from": offline.seeded_from, "grid_s": offline.plan.grid_s,
+                        "target_attainment": round(offline.target, 5),
+                        "percentile_reachable": offline.reachable >= policy.sla.percentile / 100.0,
+                        "reachable_attainment": round(offline.reachable, 5),
                         "peak_over_window": offline.peak(offline.replay.score_from_s)}}
 
 

@@ -21,8 +21,9 @@ from planner.config import Policy
 from planner.controller import PlannerController, Sample
 from planner.decide import PlannerState
 from planner.profile import Profile
+from planner.sim.metrics import prompt_buckets
 from planner.sim.traces import RequestTrace
-from planner.types import QUANTILES, Forecast, LoadForecast
+from planner.types import QUANTILES, Forecast, LengthMix, LoadForecast
 
 NAME = "planner+perfect-forecast"
 
@@ -35,6 +36,7 @@ class PerfectForecast:
         self.interval_s = float(interval_s)
         self.far_s = startup_s + self.interval_s
         self._arrival_s = trace.arrival_s  # sorted (RequestTrace's contract)
+        self._isl = trace.isl.astype(np.float64)
         self._isl_cum = np.concatenate(([0.0], np.cumsum(trace.isl, dtype=np.float64)))
         self._osl_cum = np.concatenate(([0.0], np.cumsum(trace.osl, dtype=np.float64)))
 
@@ -58,7 +60,14 @@ class PerfectForecast:
             ok = math.isfinite(v)
             return Forecast(v, {q: v for q in QUANTILES}, self.far_s, "perfect", ok, "" if ok else "no requests ahead")
 
-        return LoadForecast(exact(rate), exact(isl), exact(osl), exact(prefill_tps), exact(decode_tps)), False
+        return LoadForecast(exact(rate), exact(isl), exact(osl), exact(prefill_tps), exact(decode_tps),
+                            self._mix(now_s, float(ends[-1]))), False
+
+    def _mix(self, now_s: float, end_s: float) -> LengthMix | None:
+        """The prompt-length mix of the requests that will arrive over the horizon, bucketed as engines do."""
+        lo = int(np.searchsorted(self._arrival_s, now_s, side="left"))
+        hi = int(np.searchsorted(self._arrival_s, end_s, side="left"))
+        return LengthMix.from_buckets(prompt_buckets(self._isl[lo:hi]))
 
 
 def clairvoyant_planner(policy: Policy, profile: Profile, trace: RequestTrace, window_s: float,

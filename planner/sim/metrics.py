@@ -21,7 +21,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from planner.sim.cluster import Cluster
-from planner.types import Applied, Completions, NoData, NoDataReason, Observation, PoolObservation
+from planner.types import (
+    Applied,
+    Completions,
+    NoData,
+    NoDataReason,
+    Observation,
+    PoolObservation,
+    buckets_1_2_5,
+)
 
 # Requests that waited longer than this for their first token are not searched for (bounded read cost).
 TTFT_LOOKBACK_S = 1800.0
@@ -42,6 +50,19 @@ def _pcts(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[float,
     i50 = min(int(np.searchsorted(w, 0.5 * total)), len(v) - 1)
     i95 = min(int(np.searchsorted(w, 0.95 * total)), len(v) - 1)
     return float(v[i50]), float(v[i95]), float(np.dot(values, weights) / weights.sum())
+
+
+# The prompt-length histogram an engine exports (vLLM: 1-2-5 bounds up to its context length, then +inf).
+PROMPT_BOUNDS = (*buckets_1_2_5(1_000_000), math.inf)
+
+
+def prompt_buckets(lengths: np.ndarray) -> tuple[tuple[float, float], ...]:
+    """(upper bound, requests) per bucket, non-cumulative, empty buckets left out."""
+    if len(lengths) == 0:
+        return ()
+    idx = np.searchsorted(PROMPT_BOUNDS, lengths, side="left")  # bucket i holds (bound[i-1], bound[i]]
+    counts = np.bincount(idx, minlength=len(PROMPT_BOUNDS))
+    return tuple((PROMPT_BOUNDS[i], float(n)) for i, n in enumerate(counts) if n)
 
 
 class SimMetricSource:
@@ -101,7 +122,8 @@ class SimMetricSource:
             else:  # the front pool's arrivals are the trace's (request id = arrival order)
                 reqs = range(bisect_right(log.arrival_s, now_s - window_s), bisect_right(log.arrival_s, now_s))
             n = len(reqs)
-            isl_mean = float(np.mean([log.isl[i] for i in reqs])) if n else None
+            lengths = np.fromiter((log.isl[i] for i in reqs), dtype=np.float64, count=n)
+            isl_mean = float(lengths.mean()) if n else None
             osl_mean = float(np.mean([log.osl[i] for i in reqs])) if n else None
             g = c.gauges(pool)
             kv = g["kv_usage"]
@@ -112,7 +134,8 @@ class SimMetricSource:
                 itl_ms_p50=itl[0] if itl else None, itl_ms_p95=itl[1] if itl else None,
                 itl_ms_mean=itl[2] if itl else None,
                 queue=float(g["queue"]), running=float(g["running"]),
-                kv_usage=None if math.isnan(kv) else float(kv), ready_replicas=int(g["ready"]), completed=done)
+                kv_usage=None if math.isnan(kv) else float(kv), ready_replicas=int(g["ready"]), completed=done,
+                isl_buckets=prompt_buckets(lengths))
         return Observation(at_s=now_s, window_s=window_s, pools=pools)
 
 

@@ -8,11 +8,14 @@ Method (written into every report):
    joint attainment over the scored window and its GPU-hours. Nothing is accepted on an approximation.
 3. Seeds: the targets every policy of the run actually asked for (each seed replays to exactly that
    policy's result), plus a uniform raise of the best one when none reaches the SLA percentile. The
-   cheapest seed that reaches the percentile is the start.
-4. Greedy trimming: cut the targets of the grid cells whose capacity no missed request needed (no miss of
-   that pool's kind arrived while it was asked for or starting), by a share that halves after every
-   rejected cut; a cut is kept only when the full simulation still meets the percentile and spends less.
-   Stops when no cut of one replica is accepted or the simulation budget is spent.
+   cheapest seed that reaches the percentile is the start. Where even the pools' ceilings miss the
+   percentile (requests whose own prefill is longer than the TTFT target, which no number of replicas
+   serves in time), the target becomes the percentile among what the ceilings reach, and the report says so.
+4. Greedy trimming, one pool at a time: cut the targets of the grid cells whose capacity no missed request
+   needed (no miss of that pool's kind, by a request its own prefill could have served in time, arrived
+   while it was asked for or starting), by a share that halves after every rejected cut, down to single
+   replicas on a shrinking share of the cells; a cut is kept only when the full simulation still meets the
+   percentile and spends less. Stops when no cut is left to try or the simulation budget is spent.
 So no policy of the run can both spend less and attain more than the schedule (it started from each of
 them), and the schedule is a real, replayable sequence of targets: an upper bound on the optimum, not a
 bound below it (the lower bound in the same report is that).
@@ -22,24 +25,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from planner.config import Policy
+from planner.perf.engine import EngineModel
 from planner.profile import Profile
 from planner.sim.baselines.common import gpus_per_replica, make_decision
 from planner.sim.cluster import SimConfig
 from planner.sim.replay import Replay, replay
 from planner.sim.scoring import summarise
 from planner.sim.traces import RequestTrace
-from planner.types import Decision, NoData, Observation, Reason
+from planner.types import Decision, Mode, NoData, Observation, Reason
 
 NAME = "offline"
 METHOD = ("greedy trim of the cheapest policy schedule meeting the SLA percentile (joint attainment over the "
           "scored window), every candidate judged by one continuous simulation of the whole replay; grid "
           "{grid:g} s, {sims} simulations; an achievable schedule, not a lower bound")
 FIRST_CUT = 0.25  # share of a cell's replicas the first trim removes
+MIN_STEP = 1.0 / 256  # below this a pool's trimming stops (one replica from under 1 % of its free cells)
 RAISE = 1.25  # uniform raise when no seed reaches the percentile
 Progress = Callable[[str, int], None]  # (what is being simulated, simulations so far)
 
@@ -109,6 +114,8 @@ class OfflineSchedule:
     simulations: int
     seeded_from: str
     method: str
+    target: float = 1.0  # the attainment it had to keep (the SLA percentile unless out of reach)
+    reachable: float = 1.0  # the attainment at the ceilings, when it was needed (1.0: not measured)
 
     def peak(self, from_s: float = 0.0) -> dict[str, int]:
         first = int(math.floor(from_s / self.plan.grid_s))
@@ -126,10 +133,14 @@ class OfflineJob:
     config: SimConfig
     window_s: float
     warmup_s: float
+    reachable: float = 1.0  # the attainment the ceilings reach (< the percentile: the percentile is out of reach)
 
     @property
     def target(self) -> float:
-        return self.policy.sla.percentile / 100.0
+        """The SLA percentile, or, where no number of replicas reaches it (requests whose own prefill is longer
+        than the TTFT target), the percentile among the requests the ceilings can serve in time."""
+        q = self.policy.sla.percentile / 100.0
+        return q if self.reachable >= q else q * self.reachable
 
     def floors(self) -> dict[str, int]:
         return {p: self.policy.pool(p).min_replicas for p in self.policy.pool_names()}
@@ -155,7 +166,7 @@ def needed_cells(job: OfflineJob, judged: Judged) -> dict[str, np.ndarray]:
     sla = job.policy.sla
     ok = ~res["failed"]
     with np.errstate(invalid="ignore"):
-        ttft_miss = scored & ~(ok & (res["ttft_s"] * 1e3 <= sla.ttft_ms))
+        ttft_miss = scored & ~(ok & (res["ttft_s"] * 1e3 <= sla.ttft_ms)) & _servable(job)
         itl_miss = scored & ~(ok & (res["itl_mean_s"] * 1e3 <= sla.itl_ms))
     pools = job.policy.pool_names()
     front, back = (pools[0], pools[-1])
@@ -174,17 +185,37 @@ def needed_cells(job: OfflineJob, judged: Judged) -> dict[str, np.ndarray]:
     return out
 
 
-def trimmed(plan: TargetPlan, needed: Mapping[str, np.ndarray], floors: Mapping[str, int], share: float,
-            first_cell: int) -> TargetPlan:
-    """The plan with every cell no miss needed cut by ``share`` of its replicas (at least one, never below
-    the floor); cells before ``first_cell`` (the warm-up) are left alone."""
-    out = {}
-    for pool, v in plan.targets.items():
-        cut = np.maximum(1, np.floor(v * share)).astype(np.int64)
-        free = ~needed[pool]
-        free[:first_cell] = False
-        out[pool] = np.where(free, np.maximum(floors[pool], v - cut), v)
-    return TargetPlan(plan.grid_s, out)
+def _servable(job: OfflineJob) -> np.ndarray:
+    """Per request: whether its own prefill fits the TTFT target at all (a miss of one that does not says
+    nothing about capacity: no number of replicas would have served it in time)."""
+    prof, cfg = job.profile, job.config
+    dtp = cfg.decode_tp or prof.selected_tp("decode")
+    ptp = dtp if job.policy.mode is Mode.AGGREGATED and any(s.tp == dtp for s in prof.prefill) else (
+        cfg.prefill_tp or prof.selected_tp("prefill"))  # an aggregated replica prefills at the decode TP
+    engine = EngineModel(prof.prefill_curve(ptp), prof.decode_curve(dtp), cfg.chunk_tokens)
+    lengths, where = np.unique(job.trace.isl, return_inverse=True)
+    own_s = np.array([engine.prefill_s(float(x)) for x in lengths])
+    return (own_s * 1e3 <= job.policy.sla.ttft_ms)[where]
+
+
+def trimmed(plan: TargetPlan, needed: Mapping[str, np.ndarray], floors: Mapping[str, int], pool: str,
+            step: float, first_cell: int, last_cell: int | None = None) -> TargetPlan:
+    """The plan with ``pool``'s cells that no miss needed cut (never below the floor; cells before
+    ``first_cell``, the warm-up, and from ``last_cell`` on, after the replay ended, left alone): ``step`` of
+    each cell's replicas, rounded down; where that rounds to nothing anywhere (small pools, small steps), one
+    replica from a share 2 x ``step`` of the free cells, the fullest first, so a pool of two replicas is not
+    cut in half at once."""
+    v = plan.targets[pool]
+    free = ~needed[pool] & (v > floors[pool])
+    free[:first_cell] = False
+    if last_cell is not None:
+        free[last_cell:] = False
+    cut = np.floor(v * step).astype(np.int64) * free
+    if not cut.any():
+        cells = np.flatnonzero(free)
+        chosen = cells[np.argsort(-v[cells], kind="stable")][:max(1, int(len(cells) * min(1.0, 2.0 * step)))]
+        cut[chosen] = 1
+    return TargetPlan(plan.grid_s, {**plan.targets, pool: np.maximum(floors[pool], v - cut)})
 
 
 def raised(plan: TargetPlan, ceilings: Mapping[str, int]) -> TargetPlan:
@@ -193,8 +224,10 @@ def raised(plan: TargetPlan, ceilings: Mapping[str, int]) -> TargetPlan:
 
 
 def _best_seed(job: OfflineJob, seeds: Mapping[str, TargetPlan], progress: Progress | None
-               ) -> tuple[Judged, str, int]:
-    """The cheapest seed that meets the percentile (raising the best one uniformly when none does)."""
+               ) -> tuple[OfflineJob, Judged, str, int]:
+    """The cheapest seed that meets the target (raising the best one uniformly when none does). When no seed
+    meets the percentile, the ceilings are simulated once: if they miss it too, the target becomes the
+    percentile among what they reach (job.reachable), and the search goes on from there."""
     sims = 0
     judged: dict[str, Judged] = {}
     for name, plan in seeds.items():
@@ -202,21 +235,26 @@ def _best_seed(job: OfflineJob, seeds: Mapping[str, TargetPlan], progress: Progr
         sims += 1
         if progress:
             progress(f"seed {name}", sims)
+    if not any(j.attainment >= job.target for j in judged.values()):
+        top = next(iter(seeds.values()))
+        ceilings = TargetPlan(top.grid_s, {p: np.full(top.cells, c, dtype=np.int64) for p, c in job.ceilings().items()})
+        at_ceilings, sims = judge(job, ceilings), sims + 1
+        job = replace(job, reachable=at_ceilings.attainment)
     feasible = {n: j for n, j in judged.items() if j.attainment >= job.target}
     if feasible:
         name = min(feasible, key=lambda n: (feasible[n].gpu_hours, n))
-        return feasible[name], name, sims
+        return job, feasible[name], name, sims
     name = max(judged, key=lambda n: (judged[n].attainment, -judged[n].gpu_hours))
     best = judged[name]
     while best.attainment < job.target:
         more = raised(best.plan, job.ceilings())
-        if all(np.array_equal(more.targets[p], best.plan.targets[p]) for p in more.targets):
-            break  # at the ceilings: the percentile is out of reach
+        if _same(more, best.plan):
+            break  # at the ceilings
         best, sims = judge(job, more), sims + 1
         name = f"{name} raised"
         if progress:
             progress(name, sims)
-    return best, name, sims
+    return job, best, name, sims
 
 
 _JOB: OfflineJob | None = None  # the job in a worker process (set once by the pool's initializer)
@@ -256,39 +294,44 @@ class _Judge:
 
 def offline_schedule(job: OfflineJob, seeds: Mapping[str, TargetPlan], max_simulations: int = 24,
                      progress: Progress | None = None, workers: int = 1) -> OfflineSchedule:
-    """Seeds -> the cheapest that meets the percentile -> greedy trimming, every step a full simulation.
+    """Seeds -> the cheapest that meets the target -> greedy trimming, every step a full simulation.
 
-    With ``workers`` > 1 each round judges that many cuts at once (the current share, half of it, ...) and
-    keeps the deepest one accepted."""
-    best, seeded_from, sims = _best_seed(job, seeds, progress)
+    Each round cuts each pool that still has room on its own (one candidate per pool, judged at once on
+    ``workers`` processes) and keeps the cheapest candidate that still meets the target; a pool whose cut is
+    rejected halves its step (a share of replicas per cell, then single replicas on a shrinking share of
+    cells) until nothing is left to try."""
+    job, best, seeded_from, sims = _best_seed(job, seeds, progress)
     first_cell = int(math.ceil(job.warmup_s / best.plan.grid_s))
-    share = FIRST_CUT
+    steps = dict.fromkeys(best.plan.targets, FIRST_CUT)
     needed = needed_cells(job, best)
     judges = _Judge(job, max(1, workers))
     try:
-        while sims < max_simulations and best.attainment >= job.target:
-            shares = [share / 2 ** i for i in range(max(1, min(workers, max_simulations - sims)))]
-            plans = [trimmed(best.plan, needed, job.floors(), x, first_cell) for x in shares]
-            fresh = [(x, p) for x, p in zip(shares, plans, strict=True) if not _same(p, best.plan)]
-            if not fresh:
-                break  # every cell is needed or at its floor
-            results = judges.many([p for _, p in fresh])
-            sims += len(fresh)
+        while sims < max_simulations and steps:
+            last_cell = int(math.ceil(best.replay.end_s / best.plan.grid_s)) + 1
+            tries = [(p, trimmed(best.plan, needed, job.floors(), p, x, first_cell, last_cell))
+                     for p, x in steps.items()]
+            tries = [(p, plan) for p, plan in tries if not _same(plan, best.plan)][:max_simulations - sims]
+            steps = {p: steps[p] for p, _ in tries}  # a pool with nothing left to cut is done
+            if not tries:
+                break
+            results = judges.many([plan for _, plan in tries])
+            sims += len(tries)
             if progress:
-                progress(f"trim {share:.3f}", sims)
-            kept = [(x, r) for (x, _), r in zip(fresh, results, strict=True)
+                progress("trim " + ", ".join(f"{p} {steps[p]:.3g}" for p, _ in tries), sims)
+            kept = [(r.gpu_hours, p, r) for (p, _), r in zip(tries, results, strict=True)
                     if r.attainment >= job.target and r.gpu_hours < best.gpu_hours]
             if kept:
-                share, best = kept[0]  # the deepest cut that still meets the percentile
+                _, pool, best = min(kept, key=lambda k: k[0])
                 needed = needed_cells(job, best)
-            elif shares[-1] * max(int(v.max()) for v in best.plan.targets.values()) < 1.0:
-                break  # even one replica per cell is too much to cut at once
-            else:
-                share = shares[-1] / 2.0
+            for p, _ in tries:
+                if not kept or p != pool:
+                    steps[p] /= 2.0
+            steps = {p: x for p, x in steps.items() if x >= MIN_STEP}
     finally:
         judges.close()
     method = METHOD.format(grid=best.plan.grid_s, sims=sims)
-    return OfflineSchedule(best.plan, best.replay, best.attainment, best.gpu_hours, sims, seeded_from, method)
+    return OfflineSchedule(best.plan, best.replay, best.attainment, best.gpu_hours, sims, seeded_from, method,
+                           job.target, job.reachable)
 
 
 def _same(a: TargetPlan, b: TargetPlan) -> bool:

@@ -18,6 +18,24 @@ exact at scrape resolution when the gauges and the counter come from the same sc
 one target. Its bias: requests still inside the HTTP front end (tokenising) before the engine's waiting
 queue are counted a few milliseconds late, and an engine that dies mid-window loses its in-flight
 requests from both terms.
+
+Ready replicas are the distinct values of ``replica_label`` (default ``instance``: the scrape target,
+host:port, which Prometheus puts on every scraped series) among the fresh presence series - not the number
+of series, which over-counts whenever one replica exports several. What each dialect allows:
+
+- vllm: one series per engine and served model. A server with data parallelism exports ``engine="0"``,
+  ``"1"``, ... on one /metrics, and a pod serving several models one series per ``model_name``; both
+  are one replica, one scrape target. A multi-node replica (LeaderWorkerSet, Ray) exports from its leader
+  only: one replica. Several API server processes (``--api-server-count``) share one port: one target.
+- sglang: one series per model (with DP attention, per ``dp_rank`` in some versions): counted by target
+  as for vLLM.
+- dynamo: the presence gauge is the *frontend's*; distinct instances are frontends, which tell nothing
+  about the workers behind them. Read worker pools with their engine's dialect (Dynamo's vLLM and SGLang
+  workers export ``vllm:*`` / ``sglang:*``) when the replica count matters.
+- trtllm: one series per server: counted by target.
+
+A replica whose pod exposes metrics on two ports (two targets) counts twice; a Dialect whose
+``replica_label`` names the pod (e.g. ``pod`` from Kubernetes service discovery) counts it once.
 """
 
 from __future__ import annotations
@@ -42,6 +60,12 @@ class Ratio:
     def histogram(cls, name: str) -> Ratio:
         return cls(f"{name}_sum", f"{name}_count")
 
+    @property
+    def histogram_name(self) -> str | None:
+        """The histogram's base name when this ratio is one's _sum/_count (its buckets give the distribution)."""
+        base = self.numerator.removesuffix("_sum")
+        return base if self.numerator.endswith("_sum") and self.denominator == f"{base}_count" else None
+
 
 @dataclass(frozen=True)
 class Dialect:
@@ -58,6 +82,9 @@ class Dialect:
     kv_usage_gauge: str | None = None  # None: the dialect has no KV signal (kv_usage stays None)
     kv_usage_scale: float = 1.0  # multiplies the gauge into 0..1
     itl_note: str = ""
+    # The label that tells replicas apart: ready replicas are its distinct values among fresh presence
+    # series. ``instance`` (the scrape target, host:port) is on every scraped series; see REPLICAS.
+    replica_label: str = "instance"
 
 
 VLLM = Dialect(

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from planner.sources.dialects import Dialect
-from planner.sources.promql import POOL_LABEL, Q_LABEL, QUANTILES
+from planner.sources.promql import BOUNDS_SUFFIX, COUNTS_SUFFIX, POOL_LABEL, Q_LABEL, QUANTILES
+from planner.sources.resolution import Resolution, bracket
 from planner.types import NoData, NoDataReason, Observation, PoolObservation
 
 
@@ -27,11 +28,18 @@ class _Problem:
     detail: str
 
 
-def samples_by_pool(result: Any, pools: Sequence[str]) -> dict[str, dict[str, float]]:
+@dataclass
+class PoolSamples:
+    values: dict[str, float] = field(default_factory=dict)  # signal -> its one sample
+    bounds: dict[str, list[float]] = field(default_factory=dict)  # ttft/itl -> the histogram's bucket bounds (s)
+    counts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # isl -> (le, cumulative count)
+
+
+def samples_by_pool(result: Any, pools: Sequence[str]) -> dict[str, PoolSamples]:
     """Validate a /api/v1/query ``data.result`` (instant vector) and index it by pool and signal."""
     if not isinstance(result, list):
         raise BadResponse(f"result is {type(result).__name__}, expected an instant vector (list)")
-    out: dict[str, dict[str, float]] = {p: {} for p in pools}
+    out: dict[str, PoolSamples] = {p: PoolSamples() for p in pools}
     for item in result:
         # prometheus-api-client hides resultType: a scalar/string arrives as [ts, "v"] and a matrix as
         # {"metric", "values"}; only {"metric", "value": [ts, "v"]} is an instant-vector sample.
@@ -43,13 +51,48 @@ def samples_by_pool(result: Any, pools: Sequence[str]) -> dict[str, dict[str, fl
         pool, q = item["metric"].get(POOL_LABEL), item["metric"].get(Q_LABEL)
         if pool not in out or not q:
             raise BadResponse(f"unexpected series {item['metric']!r:.120}")
-        if q in out[pool]:
+        if q.endswith(BOUNDS_SUFFIX):  # one sample per bucket bound, the bound in its le label
+            out[pool].bounds.setdefault(q.removesuffix(BOUNDS_SUFFIX), []).append(_bound(item["metric"], pool, q))
+            continue
+        if q.endswith(COUNTS_SUFFIX):  # one sample per bucket bound, its value the bucket's cumulative count
+            out[pool].counts.setdefault(q.removesuffix(COUNTS_SUFFIX), []).append(
+                (_bound(item["metric"], pool, q), _number(value[1], pool, q)))
+            continue
+        if q in out[pool].values:
             raise BadResponse(f"pool {pool!r} signal {q!r}: more than one sample (selector too broad?)")
         try:
-            out[pool][q] = float(value[1])
+            out[pool].values[q] = float(value[1])
         except ValueError:
             raise BadResponse(f"pool {pool!r} signal {q!r}: value {value[1]!r} is not a number") from None
     return out
+
+
+def _number(text: str, pool: str, q: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise BadResponse(f"pool {pool!r} signal {q!r}: value {text!r} is not a number") from None
+
+
+def per_bucket(cumulative: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """Cumulative histogram samples (le, count) as (upper bound, requests in that bucket); NaN or negative
+    steps (a counter reset inside the window) make the distribution unknown: ()."""
+    out, below = [], 0.0
+    for le, count in sorted(cumulative):
+        n = count - below
+        if not math.isfinite(count) or n < -1e-9:
+            return ()
+        if n > 0:
+            out.append((le, n))
+        below = max(below, count)
+    return tuple(out)
+
+
+def _bound(metric: Mapping[str, str], pool: str, q: str) -> float:
+    try:
+        return float(metric["le"])  # "+Inf" included
+    except (KeyError, ValueError):
+        raise BadResponse(f"pool {pool!r} signal {q!r}: le label {metric.get('le')!r} is not a bound") from None
 
 
 def _need(vals: Mapping[str, float], pool: str, q: str, what: str) -> float | _Problem:
@@ -61,9 +104,10 @@ def _need(vals: Mapping[str, float], pool: str, q: str, what: str) -> float | _P
     return v
 
 
-def _pool(d: Dialect, pool: str, vals: Mapping[str, float], window_s: float, now_s: float,
-          stale_after_s: float) -> PoolObservation | _Problem | None:
+def _pool(d: Dialect, pool: str, got: PoolSamples, window_s: float, now_s: float, stale_after_s: float,
+          targets_ms: Mapping[str, float]) -> PoolObservation | _Problem | None:
     """None: the pool has no series at all (empty or missing, decided by the caller)."""
+    vals = got.values
     if "newest" not in vals:
         if vals.get("seen", 0) > 0:
             return _Problem(NoDataReason.STALE, f"pool {pool!r}: {d.presence_gauge} went stale "
@@ -73,18 +117,50 @@ def _pool(d: Dialect, pool: str, vals: Mapping[str, float], window_s: float, now
     if not math.isfinite(newest) or now_s - newest > stale_after_s:
         return _Problem(NoDataReason.STALE, f"pool {pool!r}: newest {d.presence_gauge} sample is "
                                              f"{now_s - newest:.1f}s old (> {stale_after_s:g}s)")
-    got: dict[str, float] = {}
+    need = _required(d, pool, vals)
+    if isinstance(need, _Problem):
+        return need
+    started = _started(d, pool, vals, need, window_s)
+    lat = _latencies(d, pool, vals, need)
+    kv = _kv(d, pool, vals)
+    for problem in (started, lat, kv):
+        if isinstance(problem, _Problem):
+            return problem
+    assert isinstance(started, float) and isinstance(lat, dict) and not isinstance(kv, _Problem)
+    return PoolObservation(
+        requests=started,
+        rate_rps=started / window_s,
+        isl_mean=need["isl_num"] / need["isl_den"] if need["isl_den"] > 0 else None,
+        osl_mean=need["osl_num"] / need["osl_den"] if need["osl_den"] > 0 else None,
+        ttft_ms_p50=lat["ttft_p50"], ttft_ms_p95=lat["ttft_p95"], ttft_ms_mean=lat["ttft_mean"],
+        itl_ms_p50=lat["itl_p50"], itl_ms_p95=lat["itl_p95"], itl_ms_mean=lat["itl_mean"],
+        queue=max(0.0, need["queue"]), running=max(0.0, need["running"]), kv_usage=kv,
+        ready_replicas=int(vals.get("fresh", 0.0)),
+        isl_buckets=per_bucket(got.counts.get("isl", ())),
+        **_resolutions(got.bounds, targets_ms),
+    )
+
+
+def _required(d: Dialect, pool: str, vals: Mapping[str, float]) -> dict[str, float] | _Problem:
+    """The signals every read must have, finite."""
     names = {"completed": d.completed_counter, "running": d.running_gauge, "queue": d.queue_gauge,
              "isl_num": d.isl.numerator, "isl_den": d.isl.denominator, "osl_num": d.osl.numerator,
              "osl_den": d.osl.denominator, "ttft_sum": f"{d.ttft_histogram}_sum",
              "ttft_count": f"{d.ttft_histogram}_count", "itl_sum": f"{d.itl_histogram}_sum",
              "itl_count": f"{d.itl_histogram}_count"}
     names.update({f"in_now_{i}": g for i, g in enumerate(d.in_system_gauges)})
+    got: dict[str, float] = {}
     for q, what in names.items():
         v = _need(vals, pool, q, what)
         if isinstance(v, _Problem):
             return v
         got[q] = v
+    return got
+
+
+def _started(d: Dialect, pool: str, vals: Mapping[str, float], got: Mapping[str, float],
+             window_s: float) -> float | _Problem:
+    """Requests started in the window: completed + in flight now - in flight a window ago."""
     before = 0.0  # the pool did not exist W ago: nothing was in flight then
     for i, gauge in enumerate(d.in_system_gauges):
         v = vals.get(f"in_before_{i}", 0.0)
@@ -92,8 +168,11 @@ def _pool(d: Dialect, pool: str, vals: Mapping[str, float], window_s: float, now
             return _Problem(NoDataReason.NAN, f"pool {pool!r}: {gauge} offset {window_s:g}s is {v}")
         before += v
     in_now = sum(got[f"in_now_{i}"] for i in range(len(d.in_system_gauges)))
-    started = max(0.0, got["completed"] + in_now - before)
+    return float(max(0.0, got["completed"] + in_now - before))
 
+
+def _latencies(d: Dialect, pool: str, vals: Mapping[str, float],
+               got: Mapping[str, float]) -> dict[str, float | None] | _Problem:
     lat: dict[str, float | None] = {}
     for name, hist in (("ttft", d.ttft_histogram), ("itl", d.itl_histogram)):
         count = got[f"{name}_count"]
@@ -105,26 +184,32 @@ def _pool(d: Dialect, pool: str, vals: Mapping[str, float], window_s: float, now
                 if isinstance(v, _Problem):
                     return v
                 lat[f"{name}_{label}"] = v * 1e3
-    kv: float | None = None
-    if d.kv_usage_gauge is not None and "kv" in vals:
-        kv_v = _need(vals, pool, "kv", d.kv_usage_gauge)
-        if isinstance(kv_v, _Problem):
-            return kv_v
-        kv = min(1.0, max(0.0, kv_v * d.kv_usage_scale))
-    return PoolObservation(
-        requests=started,
-        rate_rps=started / window_s,
-        isl_mean=got["isl_num"] / got["isl_den"] if got["isl_den"] > 0 else None,
-        osl_mean=got["osl_num"] / got["osl_den"] if got["osl_den"] > 0 else None,
-        ttft_ms_p50=lat["ttft_p50"], ttft_ms_p95=lat["ttft_p95"], ttft_ms_mean=lat["ttft_mean"],
-        itl_ms_p50=lat["itl_p50"], itl_ms_p95=lat["itl_p95"], itl_ms_mean=lat["itl_mean"],
-        queue=max(0.0, got["queue"]), running=max(0.0, got["running"]), kv_usage=kv,
-        ready_replicas=int(vals.get("fresh", 0.0)),
-    )
+    return lat
+
+
+def _kv(d: Dialect, pool: str, vals: Mapping[str, float]) -> float | None | _Problem:
+    if d.kv_usage_gauge is None or "kv" not in vals:
+        return None
+    v = _need(vals, pool, "kv", d.kv_usage_gauge)
+    return v if isinstance(v, _Problem) else min(1.0, max(0.0, v * d.kv_usage_scale))
+
+
+def _resolutions(bounds: Mapping[str, list[float]], targets_ms: Mapping[str, float]) -> dict[str, Any]:
+    """PoolObservation's ``{signal}_p95_bracket_ms / _resolution / _resolved`` for each signal with a
+    target and a bucket layout (the others stay None: not assessed)."""
+    out: dict[str, Any] = {}
+    for signal in ("ttft", "itl"):
+        target = targets_ms.get(signal)
+        res: Resolution | None = bracket(bounds.get(signal, ()), target) if target is not None else None
+        if res is not None:
+            out.update({f"{signal}_p95_bracket_ms": (res.lower_ms, res.upper_ms),
+                        f"{signal}_p95_resolution": res.ratio, f"{signal}_p95_resolved": res.resolved})
+    return out
 
 
 def parse_read(result: Any, d: Dialect, pools: Sequence[str], window_s: float, now_s: float,
-               stale_after_s: float) -> Observation | NoData:
+               stale_after_s: float, targets_ms: Mapping[str, float] | None = None) -> Observation | NoData:
+    """``targets_ms``: the SLA targets ({"ttft": ms, "itl": ms}) whose bucket resolution each pool reports."""
     try:
         by_pool = samples_by_pool(result, pools)
     except BadResponse as exc:
@@ -132,7 +217,7 @@ def parse_read(result: Any, d: Dialect, pools: Sequence[str], window_s: float, n
     observed: dict[str, PoolObservation] = {}
     missing: list[str] = []
     for pool in pools:
-        got = _pool(d, pool, by_pool[pool], window_s, now_s, stale_after_s)
+        got = _pool(d, pool, by_pool[pool], window_s, now_s, stale_after_s, targets_ms or {})
         if isinstance(got, _Problem):
             return NoData(got.reason, got.detail, now_s)
         if got is None:

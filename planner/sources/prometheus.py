@@ -27,7 +27,10 @@ from planner.types import NoData, NoDataReason, Observation
 class PrometheusSource:
     def __init__(self, url: str, dialect: Dialect | str, selectors: Mapping[str, str], *,
                  timeout_s: float = 5.0, retries: int = 1, stale_after_s: float = 60.0,
-                 lookback_s: float = 300.0, headers: Mapping[str, str] | None = None) -> None:
+                 lookback_s: float = 300.0, headers: Mapping[str, str] | None = None,
+                 targets_ms: Mapping[str, float] | None = None) -> None:
+        """``targets_ms``: SLA targets by signal ({"ttft": ms, "itl": ms}); each pool of a read then reports
+        how finely its histogram buckets resolve them (PoolObservation.*_p95_resolved, resolution.py)."""
         import requests
         from prometheus_api_client import PrometheusConnect
         from urllib3.util.retry import Retry
@@ -42,6 +45,13 @@ class PrometheusSource:
         self.timeout_s = timeout_s
         self.stale_after_s = stale_after_s
         self.lookback_s = lookback_s
+        self.targets_ms = dict(targets_ms or {})
+        unknown = set(self.targets_ms) - {"ttft", "itl"}
+        if unknown:
+            raise ValueError(f"targets_ms: unknown signal(s) {', '.join(sorted(unknown))}; allowed: ttft, itl")
+        for signal, target in self.targets_ms.items():
+            if not math.isfinite(target) or target <= 0:
+                raise ValueError(f"targets_ms[{signal!r}] must be a finite number of ms > 0, got {target!r}")
         retry = Retry(total=retries, connect=retries, read=0, status=retries, other=0, backoff_factor=0.05,
                       status_forcelist=(502, 503, 504), allowed_methods=frozenset({"GET", "POST"}),
                       raise_on_status=False)
@@ -66,7 +76,8 @@ class PrometheusSource:
                             f"{', '.join(missing)}")
         selectors = {pool: m.selectors[pool] for pool in policy.pool_names()}
         # A signal older than the planner's own staleness budget is stale for the source as well.
-        kwargs = {"timeout_s": m.timeout_s, "stale_after_s": m.stale_after_intervals * policy.interval_s}
+        kwargs = {"timeout_s": m.timeout_s, "stale_after_s": m.stale_after_intervals * policy.interval_s,
+                  "targets_ms": {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms}}
         kwargs.update(overrides)
         return cls(url, m.dialect, selectors, **kwargs)
 
@@ -116,7 +127,7 @@ class PrometheusSource:
             return NoData(NoDataReason.BAD_RESPONSE, f"{self.url}: result type {kind!r}, expected 'vector'",
                           now_s)
         return parse_read(data.get("result"), self.dialect, tuple(self.selectors), window_s, now_s,
-                          self.stale_after_s)
+                          self.stale_after_s, self.targets_ms)
 
     async def read_async(self, window_s: float, now_s: float) -> Observation | NoData:
         return await asyncio.to_thread(self.read, window_s, now_s)

@@ -26,6 +26,8 @@ from planner.sources.dialects import Dialect
 POOL_LABEL = "planner_pool"
 Q_LABEL = "planner_q"
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
+BOUNDS_SUFFIX = "_le"  # ttft_le, itl_le: the signals answered with one sample per bucket bound
+COUNTS_SUFFIX = "_buckets"  # isl_buckets: one sample per bucket bound, its value the window's cumulative count
 
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"^\{{(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?\}}$")
@@ -75,7 +77,10 @@ def pool_signals(d: Dialect, sel: str, window_s: float, now_s: float, stale_afte
     w = duration(window_s)
     out = {
         "newest": f"max(timestamp({d.presence_gauge}{sel}))",
-        "fresh": f"count(timestamp({d.presence_gauge}{sel}) >= {now_s - stale_after_s:.3f})",
+        # Replicas, not engine series: one replica (pod, scrape target) may export several engines (vLLM
+        # data parallelism: engine="0", "1", ...) or models; count distinct values of the replica label.
+        "fresh": f"count(count by ({d.replica_label}) (timestamp({d.presence_gauge}{sel}) "
+                 f">= {now_s - stale_after_s:.3f}))",
         "seen": f"count(last_over_time({d.presence_gauge}{sel}[{duration(max(lookback_s, window_s))}]))",
         "completed": f"sum({window_delta(d.completed_counter, sel, w)})",
         "running": f"sum({d.running_gauge}{sel})",
@@ -93,6 +98,12 @@ def pool_signals(d: Dialect, sel: str, window_s: float, now_s: float, stale_afte
         buckets = f"sum by (le) ({window_delta(hist + '_bucket', sel, w)})"
         for label, q in QUANTILES:
             out[f"{name}_{label}"] = f"histogram_quantile({q}, {buckets})"
+        # The bucket layout (one sample per upper bound, tagged with its ``le``): how finely the
+        # quantiles resolve an SLA target (resolution.py).
+        out[f"{name}{BOUNDS_SUFFIX}"] = f"group by (le) (last_over_time({hist}_bucket{sel}[{w}]))"
+    isl_hist = d.isl.histogram_name
+    if isl_hist is not None:  # the prompt-length distribution of the window's requests (decide/prefill_mix.py)
+        out[f"isl{COUNTS_SUFFIX}"] = f"sum by (le) ({window_delta(isl_hist + '_bucket', sel, w)})"
     if d.kv_usage_gauge is not None:
         out["kv"] = f"avg({d.kv_usage_gauge}{sel})"
     return out

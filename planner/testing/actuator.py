@@ -20,6 +20,14 @@ class RecordingActuator:
         self.fail_next = 0
         self.error: Exception = RuntimeError("injected actuation failure")
 
+    def read_replicas(self) -> dict[str, int] | None:
+        """What the pools hold (``current``), None when it was given nothing: the loop then seeds from the
+        observation, as with an actuator that cannot read the cluster."""
+        if self.inner is not None:
+            read = getattr(self.inner, "read_replicas", None)
+            return read() if read is not None else None
+        return dict(self.current) if self.current else None
+
     def apply(self, targets: Mapping[str, int]) -> Applied:
         self.calls.append(dict(targets))
         if self.fail_next > 0:

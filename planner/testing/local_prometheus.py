@@ -48,7 +48,7 @@ class Target:
 
 class LocalPrometheus:
     def __init__(self, targets: list[Target], *, scrape_interval_s: float = 1.0, binary: str | None = None,
-                 workdir: Path | None = None, port: int | None = None) -> None:
+                 workdir: Path | None = None, port: int | None = None, file_sd: list[Path] | None = None) -> None:
         found = binary or prometheus_binary()
         if found is None:
             raise FileNotFoundError("prometheus binary not found (apt-get install -y prometheus, or set "
@@ -59,6 +59,7 @@ class LocalPrometheus:
         self._own_dir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="planner-prom-"))
         self.port = port or free_port()
+        self.file_sd = list(file_sd or [])  # file_sd JSON files (job "file-sd"), e.g. the process actuator's
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -67,12 +68,16 @@ class LocalPrometheus:
 
     def _config(self) -> dict:
         interval = f"{max(1, round(self.scrape_interval_s * 1000))}ms"
+        jobs: list[dict] = [{
+            "job_name": "planner-local",
+            "static_configs": [{"targets": [t.address], "labels": dict(t.labels)} for t in self.targets],
+        }]
+        if self.file_sd:
+            jobs.append({"job_name": "file-sd",
+                         "file_sd_configs": [{"files": [str(p) for p in self.file_sd], "refresh_interval": "1s"}]})
         return {
             "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
-            "scrape_configs": [{
-                "job_name": "planner-local",
-                "static_configs": [{"targets": [t.address], "labels": dict(t.labels)} for t in self.targets],
-            }],
+            "scrape_configs": jobs,
         }
 
     def start(self, timeout_s: float = 30.0) -> LocalPrometheus:
@@ -111,6 +116,13 @@ class LocalPrometheus:
     def log_tail(self, chars: int = 2000) -> str:
         path = self.workdir / "prometheus.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def shutdown(self) -> None:
+        """Stop the process (SIGTERM) and keep its data and port: ``start`` again is a Prometheus restart."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+            self.proc = None
 
     def pause(self) -> None:
         """Freeze the process (SIGSTOP): the port stays open but nothing answers - a hung Prometheus."""

@@ -1,0 +1,91 @@
+"""Draining one replica before it stops: out of the router's rotation first, then its in-flight requests end.
+
+The order is the contract: (1) the replica leaves targets.json (the caller has done that: Prometheus and
+the router read it); (2) when a router is configured, wait until the router reports the replica out of
+rotation, so that no new request can reach it; (3) wait until nothing is in flight on it - the router's
+outstanding count for it (requests it forwarded) and the engine's own in-system gauges (requests from
+anyone) both 0 - for at most ``drain_s``; only then is it signalled. What cannot be known is waited out:
+with neither count available the whole ``drain_s`` passes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner.actuators.replica import Replica
+
+POLL_S = 0.1
+ROUTER_CONFIRM_S = 10.0  # the router re-reads targets.json every 0.2 s; this is for a stalled router
+REPLICAS_PATH = "/router/replicas"
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    idle: bool  # nothing was in flight when it was stopped (False: drain_s ran out, or in flight unknown)
+    waited_s: float
+    in_flight: float | None  # what was still in flight at the end (None: unknown)
+
+
+class RouterView:
+    """The router's own account of a replica (GET /router/replicas); None when the router cannot be asked."""
+
+    def __init__(self, url: str | None, logger: logging.Logger) -> None:
+        self.url = url.rstrip("/") if url else None
+        self.logger = logger
+        self._warned = False
+
+    def entry(self, address: str) -> dict | None:
+        """{"in_rotation": bool, "outstanding": int} for ``address``, {} when the router does not know it."""
+        if self.url is None:
+            return None
+        try:
+            with urllib.request.urlopen(self.url + REPLICAS_PATH, timeout=2.0) as r:
+                body = json.loads(r.read())
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            if not self._warned:
+                self._warned = True
+                self.logger.warning("router %s does not answer (%s); draining replicas on the engines' own "
+                                    "in-flight counts", self.url, exc)
+            return None
+        if self._warned:
+            self._warned = False
+            self.logger.info("router %s answers again", self.url)
+        replicas = body.get("replicas") if isinstance(body, dict) else None
+        for item in replicas if isinstance(replicas, list) else []:
+            if isinstance(item, dict) and item.get("address") == address:
+                return item
+        return {}
+
+
+def drain(replica: Replica, router: RouterView, gauges: Sequence[str], drain_s: float) -> DrainResult:
+    """Steps (2) and (3) above; returns when the replica may be stopped."""
+    started = time.monotonic()
+    deadline = started + drain_s
+    confirm_until = started + min(ROUTER_CONFIRM_S, max(drain_s, POLL_S))
+    entry = router.entry(replica.address)
+    while entry and entry.get("in_rotation") and time.monotonic() < confirm_until:
+        time.sleep(POLL_S)
+        entry = router.entry(replica.address)
+    while True:
+        via_router = _router_outstanding(router.entry(replica.address)) if router.url else None
+        on_engine = replica.in_flight(gauges) if replica.exit_code() is None else 0.0
+        known = [n for n in (via_router, on_engine) if n is not None]
+        in_flight = sum(known) if known else None
+        if replica.exit_code() is not None or (in_flight == 0 and known):
+            return DrainResult(True, time.monotonic() - started, in_flight)
+        if time.monotonic() >= deadline:
+            return DrainResult(False, time.monotonic() - started, in_flight)
+        time.sleep(POLL_S)
+
+
+def _router_outstanding(entry: dict | None) -> float | None:
+    if entry is None:
+        return None
+    value = entry.get("outstanding", 0)  # a router that no longer lists the replica has nothing on it
+    return float(value) if isinstance(value, int | float) else None

@@ -1,0 +1,182 @@
+"""What an OpenAI-compatible server says about itself, and how it wants to be asked.
+
+Read once before a sweep, each from where the engines expose it (absent ones become provenance notes):
+- ``/v1/models``: the served model's id, ``root`` (its path) and ``max_model_len`` (vLLM, SGLang, emulator);
+- ``/version``: vLLM's ``{"version": ...}``;
+- ``/get_server_info``: SGLang's server arguments (tp_size, max_total_num_tokens, ...);
+- ``/metrics``: vLLM's ``vllm:cache_config_info`` (num_gpu_blocks x block_size = KV capacity in tokens)
+  and ``vllm:num_preemptions_total`` (read around each decode point: a point that preempted did not run
+  its batch at once).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from planner.errors import UserError
+
+SGLANG_FLAGS = ("version", "tp_size", "dp_size", "max_running_requests", "max_total_num_tokens",
+                "chunked_prefill_size", "context_length", "disable_radix_cache", "attention_backend",
+                "model_path", "mem_fraction_static")
+PREEMPTIONS = "vllm:num_preemptions"
+
+
+@dataclass
+class ServerInfo:
+    url: str
+    served_model: str
+    root: str | None = None
+    max_model_len: int | None = None
+    version: str | None = None
+    kv_capacity_tokens: int | None = None
+    kv_source: str = ""
+    flags: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower().rsplit("/", 1)[-1])
+
+
+def names_match(model_name: str, served: dict[str, Any]) -> bool:
+    """A catalog name (qwen3-32b) matches a served id or path (Qwen/Qwen3-32B, /models/qwen3-32b-instruct)."""
+    want = _norm(model_name)
+    return bool(want) and any(want in _norm(str(served.get(k) or "")) for k in ("id", "root"))
+
+
+def choose_model(url: str, listed: list[dict[str, Any]], model_name: str, served_model: str | None) -> dict:
+    ids = [str(m.get("id")) for m in listed]
+    if not listed:
+        raise UserError(f"url: {url} serves no model (/v1/models is empty)", key="url")
+    if served_model is not None:
+        for m in listed:
+            if m.get("id") == served_model:
+                return m
+        raise UserError(f"served_model: {served_model!r} is not served at {url}; it serves: {', '.join(ids)}",
+                        key="served_model")
+    matching = [m for m in listed if names_match(model_name, m)]
+    if len(matching) == 1:
+        return matching[0]
+    if len(listed) == 1 and not matching:
+        raise UserError(f"model: {model_name} does not match the model served at {url} ({ids[0]!r}"
+                        f"{', root ' + repr(listed[0]['root']) if listed[0].get('root') else ''}); pass "
+                        "served_model to profile it with this model's shapes anyway", key="model",
+                        mentions=("served_model",))
+    raise UserError(f"served_model: {url} serves {', '.join(ids)}; say which one is {model_name}",
+                    key="served_model")
+
+
+async def _get(client: httpx.AsyncClient, path: str) -> httpx.Response | None:
+    try:
+        response = await client.get(path, timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    return response if response.status_code == 200 else None
+
+
+async def list_models(client: httpx.AsyncClient, url: str) -> list[dict[str, Any]]:
+    try:
+        response = await client.get("/v1/models", timeout=10.0)
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
+        raise UserError(f"url: {url}: cannot connect ({type(exc).__name__}: {exc or 'no answer'}); is the "
+                        "server running and is the URL right?", key="url") from None
+    except httpx.HTTPError as exc:
+        raise UserError(f"url: {url}: GET /v1/models failed ({type(exc).__name__}: {exc})", key="url") from None
+    if response.status_code != 200:
+        raise UserError(f"url: {url}: GET /v1/models answered HTTP {response.status_code}; expected an "
+                        "OpenAI-compatible server (vLLM, SGLang, Dynamo)", key="url")
+    try:
+        data = response.json().get("data")
+    except (ValueError, AttributeError):
+        data = None
+    if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
+        raise UserError(f"url: {url}: /v1/models is not an OpenAI model list", key="url")
+    return data
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+async def inspect_server(client: httpx.AsyncClient, url: str, model_name: str,
+                         served_model: str | None) -> ServerInfo:
+    chosen = choose_model(url, await list_models(client, url), model_name, served_model)
+    info = ServerInfo(url=url, served_model=str(chosen["id"]), root=chosen.get("root"),
+                      max_model_len=_int(chosen.get("max_model_len")))
+    version = await _get(client, "/version")
+    if version is not None:
+        try:
+            info.version = str(version.json().get("version"))
+        except (ValueError, AttributeError):
+            pass
+    await _read_sglang(client, info)
+    await _read_vllm_metrics(client, info)
+    if info.version is None:
+        info.notes.append("server version not exposed (no /version, no /get_server_info)")
+    if info.max_model_len is None:
+        info.notes.append("max_model_len not exposed by /v1/models; the model's context length was used")
+    if info.kv_capacity_tokens is None:
+        info.notes.append("KV capacity not exposed (no vllm:cache_config_info, no max_total_num_tokens); "
+                          "recorded as the most tokens the server was seen to hold at once (a lower bound)")
+    return info
+
+
+async def _read_sglang(client: httpx.AsyncClient, info: ServerInfo) -> None:
+    response = await _get(client, "/get_server_info")
+    if response is None:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        return
+    if not isinstance(body, dict):
+        return
+    for key in SGLANG_FLAGS:
+        if key in body:
+            info.flags[f"sglang.{key}"] = str(body[key])
+    info.version = info.version or (str(body["version"]) if "version" in body else None)
+    if _int(body.get("max_total_num_tokens")):
+        info.kv_capacity_tokens = _int(body["max_total_num_tokens"])
+        info.kv_source = "sglang max_total_num_tokens"
+    if info.max_model_len is None and _int(body.get("context_length")):
+        info.max_model_len = _int(body["context_length"])
+
+
+async def _read_vllm_metrics(client: httpx.AsyncClient, info: ServerInfo) -> None:
+    response = await _get(client, "/metrics")
+    if response is None:
+        return
+    try:
+        families = list(text_string_to_metric_families(response.text))
+    except ValueError:
+        return
+    for fam in families:
+        if fam.name != "vllm:cache_config_info":
+            continue
+        for sample in fam.samples[:1]:
+            labels = dict(sample.labels)
+            info.flags.update({f"vllm.cache.{k}": v for k, v in sorted(labels.items())})
+            blocks, block = _int(labels.get("num_gpu_blocks")), _int(labels.get("block_size"))
+            if blocks and block:
+                info.kv_capacity_tokens = blocks * block
+                info.kv_source = "vllm:cache_config_info num_gpu_blocks x block_size"
+
+
+async def preemptions(client: httpx.AsyncClient) -> float | None:
+    """vLLM's cumulative preemptions (None where the server does not export them)."""
+    response = await _get(client, "/metrics")
+    if response is None or PREEMPTIONS not in response.text:
+        return None
+    try:
+        return sum(s.value for fam in text_string_to_metric_families(response.text) if fam.name == PREEMPTIONS
+                   for s in fam.samples if s.name.endswith("_total"))
+    except ValueError:
+        return None

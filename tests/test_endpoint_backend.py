@@ -1,0 +1,187 @@
+"""`planner profile --backend endpoint` against `planner emulate` (a real process serving a known profile):
+the measured curves recover the emulated profile's within 10 %, and every kind of bad input or failing
+server ends in one clear line and leaves nothing behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from endpoint_fixtures import EmulatorProcess, analytical_profile, relative_errors, running_requests
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from planner.catalog import load_hardware, load_model
+from planner.cli import run
+from planner.emulator.app import create_app, engine_model_for
+from planner.errors import UserError
+from planner.profile import Profile, load_profile
+from planner.profiler.backends import get_backend
+from planner.profiler.grids import SweepCancelled, SweepRequest
+from planner.service.background import BackgroundServer
+from planner.testing.local_prometheus import free_port
+
+TOLERANCE = 0.10
+# Prefill points of a few hundred ms: the client's HTTP round trip (1-15 ms on a loaded 2-core machine)
+# stays well inside the tolerance. Decode points from P's own grid.
+RECOVERY_GRID = ["--isl-grid", "2048,4096,8192", "--batch-grid", "1,4,16", "--context-grid", "512,1024"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Profile]:
+    path = tmp_path_factory.mktemp("emulated") / "qwen3-32b-tp1.json"
+    return path, analytical_profile("qwen3-32b", (1,), path)
+
+
+@pytest.fixture(scope="module")
+def emulator(reference: tuple[Path, Profile]) -> Iterator[EmulatorProcess]:
+    with EmulatorProcess(reference[0], time_scale=1.0) as emu:
+        yield emu
+
+
+def test_recovers_the_emulated_profile_within_10_percent(emulator: EmulatorProcess, reference, tmp_path) -> None:
+    out = tmp_path / "measured.json"
+    rc = run(["profile", "--backend", "endpoint", "--url", emulator.url, "--model", "qwen3-32b", "--tp", "1",
+              *RECOVERY_GRID, "--warmup", "0", "--iters", "2", "--decode-tokens", "12", "--out", str(out)])
+    assert rc in (0, 3)  # 3: the workload's SLA may not be met; the profile is written either way
+    measured = load_profile(out)
+    errors = relative_errors(reference[1], measured)
+    assert len(errors) == 3 + 3 * 2, errors  # every grid point measured, none skipped
+    worst = max(errors, key=lambda k: abs(errors[k]))
+    print("recovery errors:", {k: f"{v:+.2%}" for k, v in errors.items()})  # shown with pytest -s
+    assert abs(errors[worst]) <= TOLERANCE, f"worst {worst}: {errors[worst]:+.1%}; all: {errors}"
+    prov = measured.provenance
+    assert prov.backend == "endpoint" and prov.software["tp"] == "1" and prov.software["served_model"] == "qwen3-32b"
+    # The emulator takes prompts as token ids, as vLLM does: the probe finds it and uses them.
+    assert prov.software["max_model_len"] == "32768" and prov.software["prompts"] == "token-ids"
+    assert "server version not exposed" in prov.notes
+    assert measured.selection is not None and measured.decode[0].max_batch == 16
+
+
+def tiny_server(model: str = "qwen3-0.6b", max_model_len: int = 32768, fail_after: int | None = None,
+                reject_over_words: int | None = None) -> BackgroundServer:
+    """An in-process emulator (fast timing) that can be told to fail: HTTP 500 on every completion after
+    ``fail_after`` of them, HTTP 400 for prompts over ``reject_over_words`` words."""
+    profile = load_profile(Path(__file__).resolve().parent.parent / "profiles/h200/qwen3-0.6b.json")
+    app = create_app(engine_model_for(profile, "aggregated"), model, time_scale=0.05, max_model_len=max_model_len)
+    seen = {"completions": 0}
+
+    @app.middleware("http")
+    async def faults(request: Request, call_next):  # noqa: ANN202
+        if request.url.path == "/v1/completions":
+            seen["completions"] += 1
+            body = await request.json()
+            prompt = body.get("prompt")
+            if fail_after is not None and seen["completions"] > fail_after:
+                return JSONResponse({"error": {"message": "engine died", "code": 500}}, status_code=500)
+            if reject_over_words is not None and isinstance(prompt, str) and len(prompt.split()) > reject_over_words:
+                return JSONResponse({"error": {"message": "This model's maximum context length is exceeded",
+                                               "code": 400}}, status_code=400)
+        return await call_next(request)
+
+    return BackgroundServer(app).start()
+
+
+def request(url: str, **kw) -> SweepRequest:
+    base = dict(model="qwen3-0.6b", gpu="h200", tp=(1,), isl=256, osl=64, ttft_ms=1000, itl_ms=100,
+                isl_grid=(64, 256), batch_grid=(1, 4), context_grid=(128,), url=url, warmup=0, iters=1,
+                decode_tokens=8)
+    return SweepRequest(**{**base, **kw})
+
+
+def sweep(req: SweepRequest) -> Profile:
+    return get_backend("endpoint")(load_model(req.model), load_hardware(req.gpu), req)
+
+
+def cli(url: str, out: Path, *extra: str) -> list[str]:
+    return ["profile", "--backend", "endpoint", "--url", url, "--model", "qwen3-0.6b", "--isl-grid", "64,256",
+            "--batch-grid", "1,4", "--context-grid", "128", "--iters", "1", "--warmup", "0", "--decode-tokens", "8",
+            "--out", str(out), *extra]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tp", "1"], "--url: http://127.0.0.1:{port}: cannot connect (ConnectError"),
+    (["--tp", "1,2"], "--tp: 1,2: backend endpoint measures one server; give the one TP size it runs"),
+    ([], "--tp: backend endpoint needs the TP size the server runs, e.g. --tp 1"),
+    (["--tp", "1", "--isl-grid", ","], "--isl-grid ',': expected a comma-separated list of integers"),
+    (["--tp", "1", "--decode-tokens", "2"], "--decode-tokens: 2 must be >= 4"),
+], ids=["unreachable", "several-tp", "no-tp", "empty-grid", "decode-tokens"])
+def test_bad_input_is_one_line_and_writes_nothing(args, message, tmp_path, capsys) -> None:
+    port = free_port()  # nothing listens there
+    out = tmp_path / "p.json"
+    assert run([*cli(f"http://127.0.0.1:{port}", out), *args]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message.format(port=port) in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_empty_grid_given_programmatically_names_the_field() -> None:
+    with pytest.raises(UserError, match=r"^context_grid: no points \(given empty\)"):
+        sweep(request("http://127.0.0.1:1", context_grid=()))
+
+
+def test_model_mismatch_and_unknown_served_model(tmp_path, capsys) -> None:
+    server = tiny_server(model="meta-llama/Llama-3.1-8B-Instruct")
+    try:
+        out = tmp_path / "p.json"
+        assert run([*cli(server.url, out), "--tp", "1"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert (f"--model: qwen3-0.6b does not match the model served at {server.url} "
+                "('meta-llama/Llama-3.1-8B-Instruct'); pass --served-model") in err
+        assert run([*cli(server.url, out), "--tp", "1", "--served-model", "qwen3"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"--served-model: 'qwen3' is not served at {server.url}; it serves: meta-llama/Llama-3.1-8B" in err
+        assert not out.exists()
+        # Told explicitly, the user's word stands: the shapes are qwen3-0.6b's, the server is measured.
+        profile = sweep(request(server.url, served_model="meta-llama/Llama-3.1-8B-Instruct"))
+        assert profile.provenance.software["served_model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    finally:
+        server.stop()
+
+
+def test_server_failing_mid_sweep_is_an_error_naming_the_url(tmp_path, capsys) -> None:
+    server = tiny_server(fail_after=8)  # probes and warm-up pass, then every completion is HTTP 500
+    try:
+        out = tmp_path / "p.json"
+        assert run([*cli(server.url, out), "--tp", "1", "--isl-grid", "64,128,256,512"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"--url: {server.url}: the server failed 3 points in a row mid-sweep" in err
+        assert "HTTP 500 engine died" in err and "nothing was written" in err
+        assert not out.exists()
+    finally:
+        server.stop()
+
+
+def test_points_the_server_cannot_do_are_skipped_and_noted() -> None:
+    server = tiny_server(max_model_len=200, reject_over_words=100)
+    try:
+        profile = sweep(request(server.url, isl_grid=(64, 150, 256), context_grid=(64, 128)))
+    finally:
+        server.stop()
+    assert [p.isl for p in profile.prefill[0].points] == [64]
+    assert sorted((p.batch, p.context_tokens) for p in profile.decode[0].points) == [(1, 64), (4, 64)]
+    notes = profile.provenance.notes
+    assert "skipped prefill isl 150: HTTP 400 This model's maximum context length is exceeded" in notes
+    assert "skipped prefill isl 256: above the server's max_model_len 200" in notes
+    assert "skipped decode batch 1 context 128: HTTP 400" in notes
+
+
+def test_cancel_ends_the_requests_and_raises(tmp_path) -> None:
+    server = tiny_server()
+    cancel = threading.Event()
+    try:
+        req = request(server.url, isl_grid=(64,), batch_grid=(64,), context_grid=(4096,), iters=50, cancel=cancel)
+        threading.Timer(1.5, cancel.set).start()
+        start = time.monotonic()
+        with pytest.raises(SweepCancelled):
+            sweep(req)
+        assert time.monotonic() - start < 10
+        deadline = time.monotonic() + 5
+        while running_requests(server.url) > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert running_requests(server.url) == 0  # the server aborted every stream the sweep had open
+    finally:
+        server.stop()

@@ -1,0 +1,160 @@
+"""`planner serve`'s HTTP API over a real uvicorn server and httpx: submit, follow, artifacts, cancel, restart."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from requests_support import blocking_backend, spec_data
+
+from planner.config import parse_policy
+from planner.requests.server import ProfileServer, ServeOptions
+from planner.service.background import BackgroundServer
+from planner.testing.clock import FakeClock
+
+URL = "/v1/profile-requests"
+
+
+class Running:
+    def __init__(self, results: Path, workers: int = 1) -> None:
+        self.clock = FakeClock(1_780_000_000.0)
+        self.server = ProfileServer(ServeOptions(results, workers=workers), clock=self.clock)
+        self.http = BackgroundServer(self.server.app).start()
+        self.client = httpx.Client(base_url=self.http.url, timeout=30)
+
+    def wait(self, request_id: str, phases: tuple[str, ...] = ("Ready", "Failed"), timeout_s: float = 30) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            body = self.client.get(f"{URL}/{request_id}").json()
+            if body["status"]["phase"] in phases:
+                return body
+            time.sleep(0.02)
+        raise AssertionError(f"{request_id} never reached {phases}: {body['status']}")
+
+    def close(self) -> None:
+        self.client.close()
+        self.http.stop()
+        self.server.close()
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Running]:
+    running = Running(tmp_path / "results")
+    yield running
+    running.close()
+
+
+def test_submit_follow_and_fetch_artifacts(api: Running, tmp_path: Path) -> None:
+    reply = api.client.post(URL, json=spec_data())
+    assert reply.status_code == 202 and reply.headers["location"] == f"{URL}/{reply.json()['id']}"
+    rid = reply.json()["id"]
+    body = api.wait(rid)
+    status = body["status"]
+    assert status["phase"] == "Ready" and status["progress"] == 1.0
+    assert [s["step"] for s in status["steps"]] == ["SweepingPrefill", "SweepingDecode", "SelectingConfig",
+                                                    "BuildingCurves", "Rendering"]
+    assert all(s["finished_at"] for s in status["steps"])
+    assert status["created_at"] == "2026-05-28T20:26:40.000Z"  # the injected clock, not the wall clock
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Accepted": "True", "Ready": "True"}
+    names = api.client.get(f"{URL}/{rid}/artifacts").json()["artifacts"]
+    assert {"profile.json", "policy.yaml", "result.json", "manifests/kustomization.yaml"} <= set(names)
+    assert names == status["result"]["artifacts"]
+    policy_text = api.client.get(f"{URL}/{rid}/artifacts/policy.yaml")
+    assert policy_text.headers["content-type"].startswith("application/yaml")
+    (tmp_path / "profile.json").write_bytes(api.client.get(f"{URL}/{rid}/artifacts/profile.json").content)
+    policy = parse_policy(yaml.safe_load(policy_text.text), "policy.yaml", tmp_path)
+    assert {p: policy.pool(p).target.name for p in policy.pool_names()} == {  # type: ignore[union-attr]
+        "prefill": "qwen3-32b-prefill", "decode": "qwen3-32b-decode"}
+    for bad in ("../request.json", "artifacts/../../x", "nope.yaml"):
+        assert api.client.get(f"{URL}/{rid}/artifacts/{bad}").status_code == 404
+    assert [r["id"] for r in api.client.get(URL).json()] == [rid]
+
+
+@pytest.mark.parametrize("body,field,words", [
+    (spec_data(**{"sla.ttft_ms": -1}), "sla.ttft_ms", "greater than 0"),
+    (spec_data(colour="blue"), "colour", "unknown field"),
+    (spec_data(model={"name": "qwen3-33b"}), "model.name", "unknown model"),
+    (spec_data(auto_apply=True), "auto_apply", "ProfileRequest objects in a cluster"),
+    (spec_data(**{"workload.request_rate": None}), "workload.request_rate", "exactly one"),
+], ids=["range", "extra", "unknown-model", "auto-apply-over-http", "no-rate"])
+def test_bad_requests_get_422_with_field_messages(api: Running, body: dict, field: str, words: str) -> None:
+    reply = api.client.post(URL, json=body)
+    assert reply.status_code == 422
+    detail = {d["field"]: d["msg"] for d in reply.json()["detail"]}
+    assert field in detail and words in detail[field], detail
+    assert api.client.get(URL).json() == []  # nothing was queued or stored
+
+
+def test_an_infeasible_request_fails_with_the_closest_configuration_and_no_artifacts(api: Running) -> None:
+    rid = api.client.post(URL, json=spec_data(sla={"ttft_ms": 50, "itl_ms": 4}, **{"workload.isl": 4000})).json()["id"]
+    status = api.wait(rid)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "SLAInfeasible")
+    assert status["closest"]["decode"]["tp"] == 8 and status["closest"]["decode"]["miss_pct"] > 0
+    assert api.client.get(f"{URL}/{rid}/artifacts").status_code == 409
+    assert not (api.server.opts.results_dir / rid / "artifacts").exists()
+
+
+def test_cancel_mid_sweep_leaves_nothing_behind(api: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    with blocking_backend(monkeypatch) as backend:
+        rid = api.client.post(URL, json=spec_data()).json()["id"]
+        assert backend.started.wait(10)
+        assert api.wait(rid, ("Profiling",))["status"]["step"] == "SweepingPrefill"
+        reply = api.client.delete(f"{URL}/{rid}")
+        assert reply.status_code == 202 and reply.json()["status"]["phase"] == "Profiling"
+        backend.release.set()
+        status = api.wait(rid)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "Cancelled")
+    assert backend.calls == 1  # stopped before the next TP
+    folder = api.server.opts.results_dir / rid
+    assert sorted(p.name for p in folder.iterdir()) == ["request.json", "status.json"]
+
+
+def test_delete_of_a_finished_request_removes_it(api: Running) -> None:
+    rid = api.client.post(URL, json=spec_data()).json()["id"]
+    api.wait(rid)
+    assert api.client.delete(f"{URL}/{rid}").json() == {"id": rid, "deleted": True}
+    assert api.client.get(f"{URL}/{rid}").status_code == 404
+    assert not (api.server.opts.results_dir / rid).exists()
+
+
+def test_results_survive_a_restart_running_ones_are_interrupted_queued_ones_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = Running(tmp_path / "results")
+    snapshot = tmp_path / "snapshot"
+    try:
+        done = first.client.post(URL, json=spec_data()).json()["id"]
+        first.wait(done)
+        with blocking_backend(monkeypatch) as backend:
+            running = first.client.post(URL, json=spec_data()).json()["id"]
+            queued = first.client.post(URL, json=spec_data(name="second")).json()["id"]
+            assert backend.started.wait(10)
+            first.wait(running, ("Profiling",))
+            shutil.copytree(tmp_path / "results", snapshot)  # what a killed server leaves on disk
+    finally:
+        first.close()
+    second = Running(snapshot)
+    try:
+        assert second.client.get(f"{URL}/{done}/artifacts/policy.yaml").status_code == 200
+        status = second.client.get(f"{URL}/{running}").json()["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "Interrupted")
+        assert "SweepingPrefill" in status["message"]
+        assert second.wait(queued)["status"]["phase"] == "Ready"
+    finally:
+        second.close()
+
+
+def test_openapi_documents_the_api(api: Running) -> None:
+    doc = api.client.get("/openapi.json").json()
+    assert {URL, URL + "/{request_id}", URL + "/{request_id}/artifacts",
+            URL + "/{request_id}/artifacts/{name}"} <= set(doc["paths"])
+    assert set(doc["paths"][URL + "/{request_id}"]) == {"get", "delete"}
+    spec = doc["components"]["schemas"]["ProfileRequestSpec"]
+    assert {"model", "hardware", "workload", "sla", "search", "engine", "tp", "endpoint", "deployment_template",
+            "output", "auto_apply"} <= set(spec["properties"])
+
+

@@ -1,0 +1,193 @@
+"""The controller's API over real HTTP (httpx against the served app) and schemathesis against its OpenAPI.
+
+Two policies in one process, as `planner run --policy A --policy B` builds them: one loop each, one app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+
+from planner.actuators.desired import DesiredStore, PublishActuator
+from planner.actuators.dry_run import DryRunActuator
+from planner.config import parse_policy
+from planner.controller import make_planner_controller
+from planner.decide.whatif import plan
+from planner.profile import load_profile
+from planner.service.api import create_service_app
+from planner.service.background import BackgroundServer
+from planner.service.decisions import DecisionLog, decision_json
+from planner.service.loop import ControlLoop
+from planner.telemetry import PlannerMetrics
+from planner.testing.clock import FakeClock
+from planner.types import Observation, PoolObservation
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles" / "h200" / "qwen3-8b.json"
+TOKEN = "s3cret-token"
+T0 = 1_700_000_000.0
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class Steady:
+    def __init__(self, rate_rps: float) -> None:
+        self.rate_rps = rate_rps
+
+    def read(self, window_s: float, now_s: float) -> Observation:
+        pool = PoolObservation(requests=self.rate_rps * window_s, rate_rps=self.rate_rps, isl_mean=1200,
+                               osl_mean=220, ttft_ms_p95=300, itl_ms_p95=20, ready_replicas=2)
+        return Observation(now_s, window_s, {"prefill": pool, "decode": pool})
+
+
+def make_loops(clock: FakeClock, keep: int = 100) -> list[ControlLoop]:
+    metrics = PlannerMetrics()
+    loops = []
+    for name, kind, rate in (("chat", "keda", 20.0), ("code", "dry-run", 5.0)):
+        pol = parse_policy({"name": name, "profile": str(PROFILE), "pools": {"prefill": {}, "decode": {}},
+                            "actuator": {"kind": kind}, "forecast": {"model": "last-value"}})
+        store = DesiredStore(pol.name, pol.pool_names())
+        act = PublishActuator(store, "keda") if kind == "keda" else DryRunActuator()
+        loop = ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), Steady(rate), act, metrics,
+                           clock, store=store, decisions=DecisionLog(keep))
+        loop.profile = load_profile(PROFILE)  # type: ignore[attr-defined]
+        loops.append(loop)
+    return loops
+
+
+def tick_all(loops: list[ControlLoop], clock: FakeClock, n: int) -> None:
+    for _ in range(n):
+        for loop in loops:
+            loop.tick()
+        clock.advance(30)
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[httpx.Client, list[ControlLoop]]]:
+    clock = FakeClock(T0)
+    loops = make_loops(clock)
+    tick_all(loops, clock, 4)
+    with BackgroundServer(create_service_app(loops, TOKEN)) as server:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            yield client, loops
+
+
+def test_policies_lists_every_policy_with_its_bounds(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
+    client, loops = served
+    body = client.get("/v1/policies").json()
+    assert [p["name"] for p in body] == ["chat", "code"]
+    chat = body[0]
+    assert chat["actuator"] == "keda" and chat["leader"] is None and chat["mode"] == "disaggregated"
+    assert chat["pools"]["decode"]["desired"] == loops[0].store.get("decode")
+    assert chat["pools"]["decode"]["max_replicas"] == loops[0].policy.pool("decode").max_replicas
+
+
+def test_decisions_with_reasons_inputs_and_forecasts(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
+    client, loops = served
+    records = client.get("/v1/decisions", params={"policy": "chat"}).json()["decisions"]
+    assert len(records) == 4 and [r["at_s"] for r in records] == [T0 + 30 * k for k in range(4)]
+    last = records[-1]
+    assert last["decision"] == decision_json(loops[0].last.decision)  # type: ignore[union-attr,arg-type]
+    assert last["observation"]["pools"]["prefill"]["rate_rps"] == 20.0
+    assert last["forecast"]["rate_rps"]["ok"] in (True, False) and "quantiles" in last["forecast"]["rate_rps"]
+    assert last["applied"]["after"] == {p: d["replicas"] for p, d in last["decision"]["pools"].items()}
+    since = client.get("/v1/decisions", params={"policy": "chat", "since": T0 + 60}).json()["decisions"]
+    assert [r["at_s"] for r in since] == [T0 + 60, T0 + 90]
+    both = client.get("/v1/decisions", params={"limit": 3}).json()["decisions"]
+    assert len(both) == 3 and {r["policy"] for r in both} == {"chat", "code"}
+    missing = client.get("/v1/decisions", params={"policy": "nope"})
+    assert missing.status_code == 404 and "allowed: chat, code" in missing.json()["detail"]
+
+
+def test_decision_log_is_a_bounded_ring() -> None:
+    clock = FakeClock(T0)
+    loops = make_loops(clock, keep=3)
+    tick_all(loops, clock, 5)
+    assert [r["at_s"] for r in loops[0].decisions.since()] == [T0 + 60, T0 + 90, T0 + 120]
+
+
+def test_plan_needs_the_token(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
+    client, _ = served
+    body = {"policy": "chat", "rate_rps": 10, "isl_tokens": 1000, "osl_tokens": 200}
+    assert client.post("/v1/plan", json=body).status_code == 401
+    wrong = client.post("/v1/plan", json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+    assert client.post("/v1/plan", json=body, headers=AUTH).status_code == 200
+
+
+def test_plan_is_the_what_if_and_has_no_side_effects(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
+    client, loops = served
+    before = ([loop.store.snapshot() for loop in loops], [len(loop.decisions) for loop in loops],
+              client.get("/metrics").text)
+    r = client.post("/v1/plan", json={"policy": "code", "rate_rps": 50, "isl_tokens": 3000, "osl_tokens": 300},
+                    headers=AUTH)
+    assert r.status_code == 200
+    expected = plan(loops[1].policy, load_profile(PROFILE), 50, 3000, 300)
+    assert r.json()["decision"] == decision_json(expected) and r.json()["policy"] == "code"
+    assert r.json()["feasible"] is True
+    after = ([loop.store.snapshot() for loop in loops], [len(loop.decisions) for loop in loops],
+             client.get("/metrics").text)
+    assert after == before
+
+
+@pytest.mark.parametrize("body,field,status", [
+    ({"policy": "chat", "rate_rps": -1, "isl_tokens": 1000, "osl_tokens": 200}, "rate_rps", 422),
+    ({"policy": "chat", "rate_rps": 1, "osl_tokens": 200}, "isl_tokens", 422),
+    ({"policy": "chat", "rate_rps": 1, "isl_tokens": 0, "osl_tokens": 200}, "isl_tokens", 422),
+    ({"policy": "chat", "rate_rps": 1, "isl_tokens": 10, "osl_tokens": 2, "qps": 3}, "qps", 422),
+    ({"rate_rps": 1, "isl_tokens": 10, "osl_tokens": 2}, None, 404),  # two policies run here: name one
+    ({"policy": "nope", "rate_rps": 1, "isl_tokens": 10, "osl_tokens": 2}, None, 404),
+], ids=["negative-rate", "missing-isl", "zero-isl", "unknown-field", "no-policy", "unknown-policy"])
+def test_plan_bad_input_names_the_field(served: tuple[httpx.Client, list[ControlLoop]], body: dict,
+                                        field: str | None, status: int) -> None:
+    client, _ = served
+    r = client.post("/v1/plan", json=body, headers=AUTH)
+    assert r.status_code == status
+    if field is not None:
+        assert any(e["loc"][-1] == field and e["msg"] for e in r.json()["detail"])
+    else:
+        assert "chat, code" in r.json()["detail"]
+
+
+def test_desired_by_policy_and_openapi(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
+    client, loops = served
+    ok = client.get("/v1/desired", params={"pool": "decode", "policy": "chat"})
+    assert ok.json() == {"desired": loops[0].store.get("decode"), "pool": "decode", "policy": "chat"}
+    assert client.get("/v1/desired", params={"pool": "decode"}).status_code == 404  # which policy?
+    assert client.get("/v1/desired", params={"pool": "decode", "policy": "code"}).status_code == 503  # dry-run
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/policies", "/v1/decisions", "/v1/plan", "/v1/desired", "/readyz"} <= set(spec["paths"])
+    assert "HTTPBearer" in spec["components"]["securitySchemes"]
+
+
+OPERATIONS = ["GET /metrics", "GET /healthz", "GET /readyz", "GET /v1/desired", "GET /v1/policies",
+              "GET /v1/decisions", "POST /v1/plan"]
+
+
+@pytest.fixture(scope="module")
+def api_schema():  # noqa: ANN201
+    clock = FakeClock(T0)
+    loops = make_loops(clock)
+    tick_all(loops, clock, 2)
+    return schemathesis.openapi.from_asgi("/openapi.json", create_service_app(loops, TOKEN))
+
+
+def test_the_schema_lists_every_operation(api_schema) -> None:  # noqa: ANN001
+    assert sorted(op.ok().label for op in api_schema.get_all_operations()) == sorted(OPERATIONS)
+
+
+# schemathesis' pytest plugin does not load under this pytest; its strategies run under hypothesis directly.
+@pytest.mark.parametrize("label", OPERATIONS)
+def test_api_conforms_to_its_openapi(api_schema, label: str) -> None:  # noqa: ANN001
+    (operation,) = [op.ok() for op in api_schema.get_all_operations() if op.ok().label == label]
+
+    @given(operation.as_strategy())
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    def check(case) -> None:  # noqa: ANN001
+        case.call_and_validate(headers=AUTH)
+
+    check()

@@ -1,0 +1,77 @@
+"""Logs an operator can use: JSON lines on request, and one line per outage, not per signal or per retry."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from planner.config import parse_policy
+from planner.controller import make_planner_controller
+from planner.profile import load_profile
+from planner.service.logs import setup_logging
+from planner.service.loop import ControlLoop, source_name
+from planner.sources.prometheus import PrometheusSource
+from planner.telemetry import PlannerMetrics
+from planner.testing.actuator import RecordingActuator
+from planner.testing.clock import FakeClock
+from planner.testing.local_prometheus import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles" / "h200" / "qwen3-8b.json"
+
+
+@pytest.fixture
+def root_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    quiet = {n: logging.getLogger(n).level for n in ("urllib3.connectionpool", "urllib3.util.retry")}
+    yield
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    for h in handlers:
+        root.addHandler(h)
+    root.setLevel(level)
+    for n, lvl in quiet.items():
+        logging.getLogger(n).setLevel(lvl)
+
+
+def test_json_lines(root_logging: None) -> None:
+    stream = io.StringIO()
+    setup_logging(logging.INFO, "json", stream)
+    logging.getLogger("planner.loop").warning("policy %s: %s", "p", "held")
+    (line,) = stream.getvalue().splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["logger"], record["message"]) == ("WARNING", "planner.loop", "policy p: held")
+    assert "time" in record
+
+
+def test_bad_log_format_is_exit_2(capsys: pytest.CaptureFixture) -> None:
+    from planner.cli import run
+
+    rc = run(["run", "--policy", str(REPO / "policies" / "example.yaml"), "--once", "--log-format", "xml"])
+    assert rc == 2 and "--log-format 'xml': allowed text, json" in capsys.readouterr().err
+
+
+def test_one_line_per_outage_not_per_signal_or_retry(root_logging: None) -> None:
+    """A real Prometheus source (urllib3 retries connection errors once) against a port nobody listens on."""
+    stream = io.StringIO()
+    setup_logging(logging.INFO, "text", stream)
+    pol = parse_policy({"name": "p", "profile": str(PROFILE), "pools": {"prefill": {}, "decode": {}},
+                        "metrics": {"url": f"http://127.0.0.1:{free_port()}", "timeout_s": 1,
+                                    "stale_after_intervals": 2}})
+    source = PrometheusSource.from_policy(pol)
+    loop = ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), source,
+                       RecordingActuator({"prefill": 2, "decode": 2}), PlannerMetrics(), FakeClock())
+    assert source_name(source) == "Prometheus"
+    for _ in range(6):  # three intervals: every signal goes missing
+        loop.tick()
+        loop.clock.advance(30)  # type: ignore[attr-defined]
+    lines = [ln for ln in stream.getvalue().splitlines() if "WARNING" in ln or "ERROR" in ln]
+    assert len(lines) == 1, lines
+    assert "policy p: Prometheus unreachable" in lines[0] and "holding" in lines[0]
+    assert not loop.monitor.ready and len(loop.monitor.status().missing) == 7  # type: ignore[union-attr]
