@@ -91,27 +91,46 @@ def test_targets_met_or_missed(planner: tuple[float, float], perfect: tuple[floa
     assert not suite.targets(_report(planner, perfect), frontier)[-1]["met"]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(TRACES is None, reason="no shared/traces beside the repository")
-def test_quick_suite_end_to_end(tmp_path: Path, capsys) -> None:
-    out = tmp_path / "suite"
-    assert run(["bench", "suite", "--quick", "--out", str(out)]) == 0
+POLICIES = ["planner", "static", "reactive", "dynamo-throughput", "dynamo-load", "planner+perfect-forecast",
+            "offline schedule"]
+
+
+def _check_suite(out: Path, names: list[str], shown: str) -> dict:
+    """What every suite run must write and print, whatever its scenarios."""
     doc = json.loads((out / "suite.json").read_text())
-    assert doc["command"] == f"planner bench suite --quick --out {out}" and doc["quick"] is True
-    assert doc["planner_version"] and doc["date"] and doc["wall_s"] > 0
-    names = list(suite.names())
+    assert doc["quick"] is True and doc["planner_version"] and doc["date"] and doc["wall_s"] > 0
+    assert doc["cpu_s"]["total"] > 0 and set(doc["cpu_s"]["per_scenario"]) == set(names)
     assert list(doc["scenarios"]) == names
-    policies = ["planner", "static", "reactive", "dynamo-throughput", "dynamo-load", "planner+perfect-forecast",
-                "offline schedule"]
     assert sorted((r["scenario"], r["policy"]) for r in doc["entries"]) == sorted(
-        (s, p) for s in names for p in policies)
+        (s, p) for s in names for p in POLICIES)
     for r in doc["entries"]:
         assert POLICY_FIELDS <= set(r) and r["quick"] is True and r["scored_requests"] == r["requests"]
         assert r["gpu_hours_vs_lower_bound"] >= 1.0 - 1e-9  # nothing spends less than the strict bound
     for name, sc in doc["scenarios"].items():
         assert [t["target"] for t in sc["targets"]] == ["planner", "perfect_forecast", "frontier"]
         assert list(sc["frontier"]["policies"]) == ["planner", "dynamo-throughput", "dynamo-load"]
+        assert sc["report"]["checks"]["lower_bound_le_offline"] is True
         assert (out / name / "frontier.png").stat().st_size > 10_000
         assert "## Frontier" in (out / name / "report.md").read_text()
-    shown = capsys.readouterr().out
     assert all(n in shown for n in names) and "wall time:" in shown and "Targets" in shown
+    return doc
+
+
+def test_quick_suite_on_one_synthetic_scenario(tmp_path: Path, capsys) -> None:
+    """The suite end to end on the heavy-tailed synthetic scenario (no shared traces needed, so CI always runs
+    it): a backtest with both references, the frontier points on the worker processes, the files."""
+    out = tmp_path / "suite"
+    assert run(["bench", "suite", "--quick", "--scenarios", "long-lognormal", "--workers", "2",
+                "--out", str(out)]) == 0
+    doc = _check_suite(out, ["long-lognormal"], capsys.readouterr().out)
+    assert doc["command"] == f"planner bench suite --quick --scenarios long-lognormal --out {out} --workers 2"
+    assert doc["workers"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(TRACES is None, reason="no shared/traces beside the repository")
+def test_quick_suite_end_to_end(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "suite"
+    assert run(["bench", "suite", "--quick", "--out", str(out)]) == 0
+    doc = _check_suite(out, list(suite.names()), capsys.readouterr().out)
+    assert doc["command"] == f"planner bench suite --quick --out {out}"

@@ -8,9 +8,9 @@ window for CI; everything else is the same.
 
 | scenario | trace | profile |
 |---|---|---|
-| azure-conv | Azure 2023 conversation, x8 (superposed copies) | shipped qwen3-32b on H200 (the example's) |
-| azure-code | Azure 2023 code, x6 | qwen3-32b on H200 selected at the trace's longest prompt (7,437 tokens) |
-| servegen | ServeGen m-large rates, day 1 22:00-23:00, x0.12, conv-like lengths | the example's |
+| azure-conv | Azure 2023 conversation, x6 (superposed copies) | shipped qwen3-32b on H200 (the example's) |
+| azure-code | Azure 2023 code, x4 | qwen3-32b on H200 selected at the trace's longest prompt (7,437 tokens) |
+| servegen | ServeGen m-large rates, day 1 22:00-23:00, x0.09, conv-like lengths | the example's |
 | long-lognormal | synthetic: prompts lognormal mean 12k, p99 85k tokens | llama-3.1-8b on H200, 128k context |
 | chat-docs | synthetic: 80 % chat (1k) + 20 % documents (lognormal mean 32k) | the same |
 
