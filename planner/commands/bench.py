@@ -106,6 +106,38 @@ def bench_observe(
     observe.run(Console(), prometheus, policy, reads, window_s)
 
 
+def bench_suite(
+    quick: Annotated[bool, typer.Option("--quick", help="short windows and fewer frontier points (CI, minutes)")] = False,
+    scenarios: Annotated[str | None, typer.Option(help="comma-separated subset (default: all): azure-conv, "
+                                                  "azure-code, servegen, long-lognormal, chat-docs")] = None,
+    traces: Annotated[Path | None, typer.Option(help="folder holding azure2023/ and servegen/ (default: "
+                                                "../shared/traces beside the repository)")] = None,
+    out: Annotated[Path, typer.Option(help="output folder: suite.json and a report per scenario")] = Path("out/suite"),
+    workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
+) -> None:
+    """Every scenario (Azure conv and code, ServeGen, two heavy-tailed synthetic mixes) backtested with the
+    planner's and Dynamo's frontiers; prints one table and the targets, writes suite.json."""
+    import os
+
+    from planner.bench import suite, suite_table
+    from planner.sim.suite import default_traces_dir
+
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: {workers} must be >= 1")
+    names = [n.strip() for n in scenarios.split(",") if n.strip()] if scenarios else None
+    if traces is not None and not traces.is_dir():
+        raise UserError(f"--traces: {traces} is not a folder")
+    n = workers or os.cpu_count() or 1
+    command = " ".join(["planner bench suite", *(["--quick"] if quick else []),
+                        *([f"--scenarios {scenarios}"] if scenarios else []),
+                        *([f"--traces {traces}"] if traces else []), f"--out {out}",
+                        *([f"--workers {workers}"] if workers else [])])
+    console = Console() if Console().is_terminal else Console(width=150)
+    doc = suite.run(console, names, quick, traces or default_traces_dir(), out, n, command)
+    suite_table.render(console, doc)
+    console.print(f"wrote {out / 'suite.json'}")
+
+
 def bench_endpoint(
     streams: Annotated[int, typer.Option(help="concurrent streams")] = 256,
     context: Annotated[int, typer.Option(help="context tokens per stream")] = 512,
@@ -132,4 +164,5 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("decide")(bench_decide)
     bench_app.command("forecast")(bench_forecast)
     bench_app.command("observe")(bench_observe)
+    bench_app.command("suite")(bench_suite)
     bench_app.command("endpoint")(bench_endpoint)

@@ -48,8 +48,8 @@ def backtest_cmd(
     oracle_interval_s: Annotated[float | None, typer.Option("--oracle-interval-s", hidden=True,
                                                             help="deprecated: the offline schedule replaced the "
                                                             "per-interval oracle; ignored")] = None,
-    workers: Annotated[int | None, typer.Option(help="processes judging offline-schedule candidates "
-                                                "(default: up to 2)")] = None,
+    workers: Annotated[int | None, typer.Option(help="processes judging offline-schedule candidates (default: up "
+                                                "to 2) and replaying frontier points (default: every core)")] = None,
     offline_simulations: Annotated[int, typer.Option("--offline-simulations", help="full simulations the "
                                                      "offline schedule's search may spend")] = 24,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
@@ -59,6 +59,10 @@ def backtest_cmd(
     warmup_s: Annotated[float, typer.Option("--warmup-s", help="run the N s of trace before --start-s "
                                             "unscored first, so every policy enters the scored window "
                                             "from its own state and history")] = 0.0,
+    frontier: Annotated[bool, typer.Option("--frontier", help="also sweep each policy's headroom knob (planner: "
+                                           "forecast quantile; dynamo-throughput: utilization; dynamo-load: SLA "
+                                           "scale; static: x offline peak; reactive: x thresholds); writes "
+                                           "frontier.json and frontier.png")] = False,
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
     from planner.profile import load_profile
@@ -88,8 +92,9 @@ def backtest_cmd(
                               workers=min(2, os.cpu_count() or 1) if workers is None else workers,
                               progress=progress, dynamo_predictor=dynamo_predictor, warmup_s=warmup_s,
                               trace_meta=meta)
+    front = _frontier(console, result, forecaster, workers) if frontier else None
     result.report["timings_s"]["total"] = round(time.perf_counter() - t0, 2)
-    _render(console, result, out, no_plots)
+    _render(console, result, out, no_plots, front)
 
 
 def register(app: typer.Typer) -> None:
@@ -124,10 +129,29 @@ def _with_warmup(warmup_s: float, start_s: float | None, duration_s: float | Non
     return start_s, duration_s
 
 
-def _render(console: Console, result: BacktestResult, out: Path, no_plots: bool) -> None:
+def _frontier(console: Console, result: BacktestResult, forecaster: str | None, workers: int | None) -> dict:
+    from planner.sim.frontier import run_frontier
+
+    t0 = time.perf_counter()
+    with phase_progress(console) as progress:
+        front = run_frontier(result, forecaster, workers=workers or os.cpu_count() or 1,
+                             progress=lambda done, total: progress("frontier", done, total))
+    result.report["timings_s"]["frontier"] = round(time.perf_counter() - t0, 2)
+    return front
+
+
+def _render(console: Console, result: BacktestResult, out: Path, no_plots: bool, frontier: dict | None) -> None:
     from planner.sim.report import render_markdown, write_report
 
     paths = write_report(result, out, plots=not no_plots)
     console.print(render_markdown(result.report), markup=False, highlight=False)
+    if frontier is not None:
+        from planner.sim.frontier_report import frontier_markdown, write_frontier
+
+        section = frontier_markdown(frontier)
+        with (out / "report.md").open("a") as fh:
+            fh.write(section)
+        console.print(section, markup=False, highlight=False)
+        paths += write_frontier(frontier, out, sla_percentile=result.report["sla"]["percentile"], plot=not no_plots)
     for p in paths:
         console.print(f"wrote {p}")

@@ -50,6 +50,9 @@ class BacktestResult:
     report: dict
     replays: dict[str, Replay]
     trace: RequestTrace
+    # What the run was built from (the offline schedule included), so a sweep can replay more policies alike.
+    context: BaselineContext | None = None
+    config: SimConfig | None = None
 
 
 def check_trace(trace: RequestTrace, profile: Profile, config: SimConfig) -> None:
@@ -96,18 +99,10 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     unknown = [b for b in baselines if b not in ACCEPTED]
     if unknown:
         raise UserError(f"baselines: unknown {', '.join(unknown)}; allowed: {', '.join(ACCEPTED)}", key="baselines")
-    startup = float(policy.startup_s if startup_s is None else startup_s)
-    if not math.isfinite(startup) or startup < 0:
-        raise UserError(f"startup_s: {startup!r} must be >= 0", key="startup_s")
-    config = SimConfig(mode=policy.mode, link_bytes_per_s=gbps_to_bytes_per_s(policy.kv_link.gbps), startup_s=startup,
-                       kill=kill)
-    check_trace(trace, profile, config)
-    if not math.isfinite(warmup_s) or not 0 <= warmup_s < trace.duration_s:
-        raise UserError(f"warmup_s: {warmup_s!r} must be >= 0 and shorter than the trace ({trace.duration_s:.0f} s)",
-                        key="warmup_s")
+    ctx, config = sim_setup(trace, profile, policy, startup_s=startup_s, kill=kill, warmup_s=warmup_s,
+                            dynamo_predictor=dynamo_predictor)
+    startup = ctx.startup_s
     timings: dict[str, float] = {}
-    initial = fluid_initial(trace, profile, policy, startup + policy.interval_s)
-    ctx = BaselineContext(policy, profile, trace, initial, None, warmup_s, startup, dynamo_predictor)
     chosen = [b for b in dict.fromkeys(baselines) if b in REGISTRY]
     runs = _runs(ctx, [b for b in chosen if not REGISTRY[b].needs_schedule], forecaster)
     policies, replays = _replay_all(runs, ctx, config, progress)
@@ -135,7 +130,24 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     }
     report["checks"] = yardstick_checks(report)
     replays["offline"] = offline.replay
-    return BacktestResult(report, replays, trace)
+    return BacktestResult(report, replays, trace, ctx, config)
+
+
+def sim_setup(trace: RequestTrace, profile: Profile, policy: Policy, *, startup_s: float | None = None,
+              kill: bool = False, warmup_s: float = 0.0, dynamo_predictor: str = "constant"
+              ) -> tuple[BaselineContext, SimConfig]:
+    """The checked trace's simulation settings and what every policy starts from (no schedule yet)."""
+    startup = float(policy.startup_s if startup_s is None else startup_s)
+    if not math.isfinite(startup) or startup < 0:
+        raise UserError(f"startup_s: {startup!r} must be >= 0", key="startup_s")
+    config = SimConfig(mode=policy.mode, link_bytes_per_s=gbps_to_bytes_per_s(policy.kv_link.gbps), startup_s=startup,
+                       kill=kill)
+    check_trace(trace, profile, config)
+    if not math.isfinite(warmup_s) or not 0 <= warmup_s < trace.duration_s:
+        raise UserError(f"warmup_s: {warmup_s!r} must be >= 0 and shorter than the trace ({trace.duration_s:.0f} s)",
+                        key="warmup_s")
+    initial = fluid_initial(trace, profile, policy, startup + policy.interval_s)
+    return BaselineContext(policy, profile, trace, initial, None, warmup_s, startup, dynamo_predictor), config
 
 
 def _offline(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay], runs: list[Run],
@@ -179,8 +191,7 @@ Run = tuple[Controller, float, dict[str, int]]
 
 def _runs(ctx: BaselineContext, baselines: Sequence[str], forecaster: str | None) -> list[Run]:
     """The planner first, then each baseline in the order asked for."""
-    planner = make_planner_controller(ctx.policy, ctx.profile, forecaster, ctx.initial)
-    runs: list[Run] = [(planner, ctx.window_s, dict(ctx.initial))]
+    runs: list[Run] = [planner_run(ctx, forecaster)]
     for name in baselines:
         entry = REGISTRY[name]
         controller = entry.build(ctx)
@@ -192,17 +203,33 @@ def _replay_all(runs: list[Run], ctx: BaselineContext, config: SimConfig,
                 progress: Callable[[str, float, float], None] | None) -> tuple[dict[str, dict], dict[str, Replay]]:
     policies: dict[str, dict] = {}
     replays: dict[str, Replay] = {}
-    duration = ctx.trace.duration_s
-    for c, window, init in runs:
-        t0 = time.perf_counter()
-        cb = (lambda t, name=c.name: progress(name, t, duration)) if progress else None
-        rep = replay(ctx.trace, ctx.profile, c, config, init, window_s=window, progress=cb, score_from_s=ctx.warmup_s)
-        replays[c.name] = rep
-        s = summarise(rep, ctx.policy, duration)
-        s["interval_s"] = float(c.interval_s)
-        s["runtime_s"] = round(time.perf_counter() - t0, 2)
-        policies[c.name] = s
+    for run in runs:
+        name = run[0].name
+        policies[name], replays[name] = score_run(run, ctx, config, progress)
     return policies, replays
+
+
+def planner_run(ctx: BaselineContext, forecaster: str | None, policy: Policy | None = None) -> Run:
+    """The planner under ``policy`` (default: the run's), starting where every policy starts."""
+    planner = make_planner_controller(policy or ctx.policy, ctx.profile, forecaster, ctx.initial)
+    return planner, ctx.window_s, dict(ctx.initial)
+
+
+def score_run(run: Run, ctx: BaselineContext, config: SimConfig,
+              progress: Callable[[str, float, float], None] | None = None) -> tuple[dict, Replay]:
+    """Replay one controller and score it (a report's policy entry; ``params`` when the controller has them)."""
+    c, window, init = run
+    t0 = time.perf_counter()
+    duration = ctx.trace.duration_s
+    cb = (lambda t, name=c.name: progress(name, t, duration)) if progress else None
+    rep = replay(ctx.trace, ctx.profile, c, config, init, window_s=window, progress=cb, score_from_s=ctx.warmup_s)
+    s = summarise(rep, ctx.policy, duration)
+    s["interval_s"] = float(c.interval_s)
+    s["runtime_s"] = round(time.perf_counter() - t0, 2)
+    params = getattr(c, "params", None)
+    if params:
+        s["params"] = dict(params)
+    return s, rep
 
 
 def _sim_section(ctx: BaselineContext, config: SimConfig, kill: bool, seed: int, forecaster: str | None) -> dict:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from planner.config import Behavior, Policy, ScalingPolicy, ScalingRules
 from planner.decide.behavior import behave, commit
 from planner.decide.state import PoolMemory
+from planner.errors import UserError
 from planner.profile import Profile
 from planner.sim.baselines.common import budget_clamp, gpus_per_replica, make_decision
 from planner.types import Decision, NoData, Observation, Reason
@@ -41,8 +42,13 @@ DECODE_BATCH_SHARE = 0.8
 class ReactiveController:
     """HPA's algorithm: desired = ceil(current x metric / target), per metric, largest wins."""
 
-    def __init__(self, policy: Policy, profile: Profile, initial: Mapping[str, int], interval_s: float = 15.0) -> None:
-        self.name = "reactive"
+    def __init__(self, policy: Policy, profile: Profile, initial: Mapping[str, int], interval_s: float = 15.0,
+                 target_scale: float = 1.0) -> None:
+        # target_scale multiplies every threshold: below 1 scales out earlier (more headroom), as an operator
+        # who tightens the targets would; the frontier sweeps it. A non-default scale is part of the name.
+        if not (math.isfinite(target_scale) and target_scale > 0):
+            raise UserError(f"reactive target_scale: {target_scale!r}; allowed: a number > 0", key="target_scale")
+        self.name = "reactive" if target_scale == 1.0 else f"reactive[target_scale={target_scale:g}]"
         self.policy = policy
         self.interval_s = interval_s
         self.gpus = gpus_per_replica(policy, profile)
@@ -50,7 +56,12 @@ class ReactiveController:
         dc = profile.decode_curve(profile.selected_tp("decode"))
         sel = profile.selection
         ctx = (sel.workload.isl + sel.workload.osl / 2) if sel else 1000.0
-        self.decode_running_target = max(1.0, DECODE_BATCH_SHARE * dc.max_batch_meeting(policy.sla.itl_ms, ctx))
+        self.queue_target = QUEUE_PER_REPLICA_TARGET * target_scale
+        self.prefill_running_target = PREFILL_RUNNING_TARGET * target_scale
+        self.kv_usage_target = KV_USAGE_TARGET * target_scale
+        self.decode_running_target = max(1.0, DECODE_BATCH_SHARE * dc.max_batch_meeting(policy.sla.itl_ms, ctx)
+                                         * target_scale)
+        self.params: dict[str, float | str] = {"target_scale": target_scale}
         # HPA would have been running before the replay: its window starts with the current size.
         self.memory: dict[str, PoolMemory] = {p: PoolMemory(target=initial[p], recommendations=((0.0, initial[p]),))
                        for p in policy.pool_names()}
@@ -61,13 +72,13 @@ class ReactiveController:
             return None
         cur = max(1, self.current[pool])
         ready = max(1, po.ready_replicas or 0)
-        ratios = [po.queue / ready / QUEUE_PER_REPLICA_TARGET]
+        ratios = [po.queue / ready / self.queue_target]
         if pool == "prefill":
-            ratios.append(po.running / ready / PREFILL_RUNNING_TARGET)
+            ratios.append(po.running / ready / self.prefill_running_target)
         else:
             ratios.append(po.running / ready / self.decode_running_target)
             if po.kv_usage is not None:
-                ratios.append(po.kv_usage / KV_USAGE_TARGET)
+                ratios.append(po.kv_usage / self.kv_usage_target)
         ratio = max(ratios)
         if abs(ratio - 1.0) <= HPA_TOLERANCE:
             return float(cur)

@@ -1,0 +1,232 @@
+"""`planner bench suite`: every scenario of planner/sim/suite.py backtested, with the planner's and Dynamo's
+frontiers, in one command; one table, suite.json and per-scenario reports.
+
+Work is cut into independent tasks, spread over forked worker processes (every core): one backtest per
+scenario (the planner, the baselines, the lower bound and the offline schedule) and one replay per
+frontier point. Backtests go first, longest trace first, and the short frontier points fill in behind,
+so the cores finish together. Traces and profiles are built once, before the fork, and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from planner import __version__
+from planner.config import Policy
+from planner.profile import Profile
+from planner.sim import suite
+from planner.sim.backtest import run_backtest, sim_setup
+from planner.sim.baselines.registry import DEFAULT_BASELINES
+from planner.sim.frontier import DYNAMO, PLANNER, SweepJob, assemble, knobs, run_point
+from planner.sim.traces import RequestTrace
+
+FRONTIER_POLICIES = (PLANNER, *DYNAMO)  # the targets compare these; static and reactive: `backtest --frontier`
+OFFLINE_SIMULATIONS = {False: 24, True: 8}  # full, quick
+
+
+@dataclass(frozen=True)
+class Inputs:
+    scenario: suite.Scenario
+    trace: RequestTrace
+    profile: Profile
+    policy: Policy
+    warmup_s: float
+
+
+# Set in the parent before the fork; the workers read them.
+_INPUTS: dict[str, Inputs] = {}
+_QUICK = False
+_QUEUE: Any = None  # a SimpleQueue carrying progress from the workers
+_JOBS: dict[str, SweepJob] = {}  # per worker: each scenario's sweep job, built on its first point
+
+
+def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_dir: Path | None, out: Path,
+        workers: int, command: str) -> dict:
+    """Run the suite and write ``out``/suite.json (+ per-scenario reports); returns suite.json's content."""
+    global _QUICK, _QUEUE
+    t0, c0 = time.perf_counter(), time.process_time()
+    chosen = suite.pick(scenario_names)
+    suite.check_traces(chosen, traces_dir)
+    policy = suite.scenario_policy()
+    _INPUTS.clear()
+    for s in chosen:
+        _INPUTS[s.name] = Inputs(s, suite.scenario_trace(s, traces_dir, quick), suite.scenario_profile(s, policy),
+                                 policy, suite.warmup_s(s, quick))
+    _QUICK = quick
+    tasks = _tasks(quick)
+    console.print(f"suite: {len(chosen)} scenarios, {len(tasks)} tasks on {workers} worker processes"
+                  f"{' (quick)' if quick else ''}")
+    ctx = mp.get_context("fork")
+    _QUEUE = ctx.SimpleQueue()
+    results: dict[tuple, Any] = {}
+    cpu_s: dict[tuple, float] = {}
+    with ctx.Pool(max(1, min(workers, len(tasks)))) as pool:  # forked before any thread starts
+        with _Progress(console, tasks) as bar:
+            for task, value, cpu in pool.imap_unordered(_run_task, tasks):
+                results[task], cpu_s[task] = value, cpu
+                bar.finished(task)
+    wall_s = time.perf_counter() - t0
+    doc = _document(results, quick, command, wall_s, workers)
+    doc["cpu_s"] = _cpu_summary(cpu_s, workers, time.process_time() - c0)
+    _write(doc, out)
+    return doc
+
+
+def _tasks(quick: bool) -> list[tuple]:
+    backtests = sorted(_INPUTS, key=lambda n: -len(_INPUTS[n].trace))
+    points = []
+    for name in backtests:
+        ks = knobs(_INPUTS[name].policy, quick)
+        points += [("point", name, p, v) for p in FRONTIER_POLICIES for v in ks[p].values if v != ks[p].default]
+    points.sort(key=lambda t: (t[2] != "dynamo-load", -len(_INPUTS[t[1]].trace)))
+    return [("backtest", n) for n in backtests] + points
+
+
+def _run_task(task: tuple) -> tuple[tuple, Any, float]:
+    """One task in a worker: its result and the CPU seconds it took (on a shared machine the wall time
+    says as much about the other jobs as about this one)."""
+    c0 = time.process_time()
+    value = _backtest(task[1]) if task[0] == "backtest" else _point(task)
+    return task, value, round(time.process_time() - c0, 2)
+
+
+def _cpu_summary(cpu_s: Mapping[tuple, float], workers: int, parent_s: float) -> dict:
+    """CPU seconds per scenario and in all (the parent's loading and writing too), and the wall time they would
+    take on ``workers`` idle cores: the parent's share plus the larger of an even split of the tasks and the
+    longest task."""
+    per: dict[str, float] = {}
+    for task, s in cpu_s.items():
+        per[task[1]] = round(per.get(task[1], 0.0) + s, 2)
+    tasks = sum(cpu_s.values())
+    longest = max(cpu_s.values(), default=0.0)
+    return {"total": round(tasks + parent_s, 1), "parent": round(parent_s, 1), "per_scenario": per,
+            "longest_task": round(longest, 1),
+            "idle_cores_wall_estimate": round(parent_s + max(tasks / max(1, workers), longest), 1)}
+
+
+def _point(task: tuple) -> dict:
+    _, name, policy, value = task
+    job = _JOBS.get(name)
+    if job is None:
+        inp = _INPUTS[name]
+        context, config = sim_setup(inp.trace, inp.profile, inp.policy, warmup_s=inp.warmup_s)
+        job = _JOBS[name] = SweepJob(context, config, None, knobs(inp.policy, _QUICK))
+    _, entry = run_point(job, (policy, value))
+    _send(("point", name))
+    return entry
+
+
+def _backtest(name: str) -> dict:
+    inp = _INPUTS[name]
+
+    def progress(phase: str, done: float, total: float) -> None:
+        _send(("phase", name, phase, done, total))
+
+    res = run_backtest(inp.trace, inp.profile, inp.policy, baselines=DEFAULT_BASELINES, warmup_s=inp.warmup_s,
+                       offline_simulations=OFFLINE_SIMULATIONS[_QUICK], workers=1, progress=progress,
+                       trace_meta={"format": inp.scenario.fmt, "rate_scale": inp.scenario.rate_scale,
+                                   "scenario": name})
+    return res.report
+
+
+def _send(item: tuple) -> None:
+    if _QUEUE is not None:
+        _QUEUE.put(item)
+
+
+class _Progress:
+    """One bar per scenario: its backtest's phases (policies replayed, offline simulations) and its points."""
+
+    def __init__(self, console: Console, tasks: list[tuple]) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("[bold]{task.fields[name]:<15}"), TextColumn("{task.description:<28}"),
+                            BarColumn(), TextColumn("{task.percentage:>5.1f}%"), TimeElapsedColumn(), console=console)
+        self.backtest_units = len(DEFAULT_BASELINES) + 1 + OFFLINE_SIMULATIONS[_QUICK]
+        self.ids = {}
+        for name in dict.fromkeys(t[1] for t in tasks):
+            points = sum(1 for t in tasks if t[0] == "point" and t[1] == name)
+            self.ids[name] = self.bar.add_task("waiting", total=self.backtest_units + points, name=name)
+        self.points: dict[str, int] = dict.fromkeys(self.ids, 0)
+        self.phases: dict[str, dict[str, float]] = {n: {} for n in self.ids}
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+
+    def __enter__(self) -> _Progress:
+        self.bar.start()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _send(("stop",))
+        self.thread.join(timeout=5)
+        self.bar.stop()
+
+    def _listen(self) -> None:
+        while True:
+            item = _QUEUE.get()
+            if item[0] == "stop":
+                return
+            if item[0] == "phase":
+                _, name, phase, done, total = item
+                units = done if phase == "offline schedule" else done / max(total, 1e-9)
+                self.phases[name][phase] = units
+                self.bar.update(self.ids[name], description=phase)
+            else:
+                self.points[item[1]] += 1
+            self._refresh(item[1])
+
+    def _refresh(self, name: str) -> None:
+        done = min(sum(self.phases[name].values()), self.backtest_units) + self.points[name]
+        self.bar.update(self.ids[name], completed=done)
+
+    def finished(self, task: tuple) -> None:
+        if task[0] == "backtest":
+            self.phases[task[1]] = {"done": float(self.backtest_units)}
+            self.bar.update(self.ids[task[1]], description="frontier points")
+            self._refresh(task[1])
+
+
+def _document(results: Mapping[tuple, Any], quick: bool, command: str, wall_s: float, workers: int) -> dict:
+    scenarios: dict[str, dict] = {}
+    rows: list[dict] = []
+    for name, inp in _INPUTS.items():
+        report = results[("backtest", name)]
+        ks = {p: k for p, k in knobs(inp.policy, quick).items() if p in FRONTIER_POLICIES}
+        points = {(t[2], t[3]): v for t, v in results.items() if t[0] == "point" and t[1] == name}
+        frontier = assemble(report, ks, points)
+        scenarios[name] = {"description": inp.scenario.description, "report": report, "frontier": frontier,
+                           "targets": suite.targets(report, frontier)}
+        rows += suite.entries(inp.scenario, report, quick)
+    return {"command": command, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "planner_version": __version__, "quick": quick, "wall_s": round(wall_s, 1), "workers": workers,
+            "cpu_count": os.cpu_count(), "policy": str(suite.EXAMPLE_POLICY.relative_to(suite.REPO)),
+            "entries": rows, "scenarios": scenarios}
+
+
+def _write(doc: dict, out: Path) -> list[Path]:
+    from planner.sim.frontier_report import frontier_markdown, write_frontier
+    from planner.sim.report import render_markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "suite.json"]
+    paths[0].write_text(json.dumps(doc, indent=1) + "\n")
+    for name, sc in doc["scenarios"].items():
+        folder = out / name
+        folder.mkdir(exist_ok=True)
+        (folder / "report.json").write_text(json.dumps(sc["report"], indent=1) + "\n")
+        (folder / "report.md").write_text(render_markdown(sc["report"]) + frontier_markdown(sc["frontier"]))
+        paths += write_frontier(sc["frontier"], folder, title=f"{name}: {sc['description']}",
+                                sla_percentile=sc["report"]["sla"]["percentile"])
+    return paths
+

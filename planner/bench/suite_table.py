@@ -1,0 +1,75 @@
+"""The suite's terminal view: policy x scenario (attainment, GPU-hours, x offline, x lower bound) and targets."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+TARGET_COLUMNS = (("planner", "planner <= 1.15x"), ("perfect_forecast", "perfect forecast <= 1.05x"),
+                  ("frontier", "frontier above Dynamo"))
+
+
+def render(console: Console, doc: dict) -> None:
+    console.print(results_table(doc))
+    console.print(targets_table(doc))
+    for name, sc in doc["scenarios"].items():
+        for t in sc["targets"]:
+            if not t["met"]:
+                console.print(f"[yellow]{name}[/] {t['target']} missed: {t['detail']}", soft_wrap=True)
+        checks = sc["report"].get("checks", {})
+        if not checks.get("lower_bound_le_offline", True) or checks.get("policies_dominating_offline"):
+            console.print(f"[bold red]{name}: BROKEN YARDSTICK[/] {checks}")
+    cpu = doc.get("cpu_s", {})
+    console.print(f"wall time: {_min_s(doc['wall_s'])} on {doc['workers']} worker processes ({doc['cpu_count']} cores)"
+                  f"{' (quick)' if doc['quick'] else ''}; CPU {_min_s(cpu.get('total', 0.0))} in all, "
+                  f"{_min_s(cpu.get('idle_cores_wall_estimate', 0.0))} on {doc['workers']} idle cores")
+
+
+def _min_s(seconds: float) -> str:
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)} min {rest:.0f} s"
+
+
+def results_table(doc: dict) -> Table:
+    table = Table(title="Suite: joint SLA attainment and GPU-hours, per scenario and policy")
+    for col in ("scenario", "policy", "joint", "GPU-h", "x offline", "x lower bound", "target"):
+        table.add_column(col, justify="left" if col in ("scenario", "policy", "target") else "right")
+    for name, sc in doc["scenarios"].items():
+        marks = {t["target"]: t["met"] for t in sc["targets"]}
+        rows = [r for r in doc["entries"] if r["scenario"] == name]
+        lb = sc["report"]["references"]["lower_bound"]
+        for i, r in enumerate(rows):
+            key = {"planner": "planner", "planner+perfect-forecast": "perfect_forecast"}.get(r["policy"])
+            mark = "" if key is None else ("[green]met[/]" if marks.get(key) else "[red]missed[/]")
+            table.add_row(name if i == 0 else "", _dim(r["policy"]), _joint(r["attainment_joint"]),
+                          f"{r['gpu_hours']:.2f}", _x(r["gpu_hours_vs_offline"]), _x(r["gpu_hours_vs_lower_bound"]), mark)
+        off_h = sc["report"]["references"]["offline"]["gpu_hours"]
+        table.add_row("", "[dim]lower bound[/]", "", f"{lb['gpu_hours']:.2f}",
+                      _x(lb["gpu_hours"] / off_h if off_h else None), "1.00", "", end_section=True)
+    return table
+
+
+def targets_table(doc: dict) -> Table:
+    table = Table(title="Targets (example policy as shipped)")
+    table.add_column("scenario")
+    for _, title in TARGET_COLUMNS:
+        table.add_column(title)
+    for name, sc in doc["scenarios"].items():
+        marks = {t["target"]: t["met"] for t in sc["targets"]}
+        table.add_row(name, *("[green]met[/]" if marks.get(k) else "[red]missed[/]" for k, _ in TARGET_COLUMNS))
+    return table
+
+
+def _dim(policy: str) -> str:
+    return f"[dim]{policy}[/]" if policy == "offline schedule" else policy
+
+
+def _joint(a: float | None) -> str:
+    if a is None:
+        return "-"
+    colour = "green" if a >= 0.99 else "yellow" if a >= 0.95 else "red"
+    return f"[{colour}]{a:.2%}[/]"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
