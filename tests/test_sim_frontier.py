@@ -151,3 +151,33 @@ def test_compare_names_where_the_other_is_cheaper_and_where_this_one_never_reach
     assert whys[-1].startswith("planner never reaches it") and c["not_above"][-1]["to"] == pytest.approx(0.995, abs=1e-3)
     assert c["neither_reaches_from"] is not None and c["neither_reaches_from"] > 0.995
     assert "NOT above" in describe(c)
+
+
+@pytest.mark.parametrize(("point", "expected"), [
+    ({"gpu_hours": 9.0, "attainment_joint": 0.96}, True),  # cheaper and better
+    ({"gpu_hours": 10.0, "attainment_joint": 0.97}, True),  # same spend, better: the tie counts
+    ({"gpu_hours": 9.0, "attainment_joint": 0.95}, True),  # cheaper, same attainment
+    ({"gpu_hours": 10.0, "attainment_joint": 0.95}, False),  # the same point
+    ({"gpu_hours": 9.0, "attainment_joint": 0.94}, False),  # cheaper but worse
+    ({"gpu_hours": 11.0, "attainment_joint": 0.99}, False),  # better but dearer
+], ids=["both", "tie-gpu", "tie-attainment", "equal", "cheaper-worse", "better-dearer"])
+def test_dominance_counts_ties_on_one_axis(point: dict, expected: bool) -> None:
+    from planner.sim.backtest import dominates, yardstick_checks
+
+    offline = {"gpu_hours": 10.0, "attainment_joint": 0.95}
+    assert dominates(point, offline) is expected
+    report = {"references": {"offline": offline, "lower_bound": {"gpu_hours": 4.0}}, "policies": {"x": point}}
+    assert yardstick_checks(report)["policies_dominating_offline"] == (["x"] if expected else [])
+
+
+def test_frontier_points_that_beat_the_offline_schedule_are_named() -> None:
+    from planner.sim.frontier import Knob, assemble
+
+    report = {"references": {"offline": {"gpu_hours": 10.0, "attainment_joint": 0.95},
+                             "lower_bound": {"gpu_hours": 4.0}},
+              "policies": {"planner": {"gpu_hours": 12.0, "attainment_joint": 0.99}}}
+    knob = Knob("planner", "quantile", (0.5, 0.9), 0.9)
+    points = {("planner", 0.5): {"value": 0.5, "attainment_joint": 0.96, "gpu_hours": 9.9}}
+    out = assemble(report, {"planner": knob}, points)
+    assert out["points_dominating_offline"] == [{"policy": "planner", "knob": "quantile", "value": 0.5,
+                                                 "attainment_joint": 0.96, "gpu_hours": 9.9}]

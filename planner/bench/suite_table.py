@@ -19,6 +19,10 @@ def render(console: Console, doc: dict) -> None:
         checks = sc["report"].get("checks", {})
         if not checks.get("lower_bound_le_offline", True) or checks.get("policies_dominating_offline"):
             console.print(f"[bold red]{name}: BROKEN YARDSTICK[/] {checks}")
+        for d in sc.get("frontier", {}).get("points_dominating_offline", []):
+            console.print(f"[bold red]{name}: BROKEN YARDSTICK[/] frontier point {d['policy']} {d['knob']} "
+                          f"{d['value']:g}: {d['attainment_joint']:.2%} on {d['gpu_hours']:.2f} GPU-h beats the "
+                          "offline schedule on both axes", soft_wrap=True, highlight=False)
     cpu = doc.get("cpu_s", {})
     console.print(f"wall time: {_min_s(doc['wall_s'])} on {doc['workers']} worker processes ({doc['cpu_count']} cores)"
                   f"{' (quick)' if doc['quick'] else ''}; CPU {_min_s(cpu.get('total', 0.0))} in all, "

@@ -102,6 +102,9 @@ def frontier_markdown(frontier: Mapping) -> str:
     for name, p in frontier.get("single_points", {}).items():
         lines.append(f"| {name} | - | - | {_pct(p['attainment_joint'])} | {p['gpu_hours']:.2f} | "
                      f"{p['gpu_hours'] / off['gpu_hours']:.2f} |")
+    for d in frontier.get("points_dominating_offline", []):
+        lines += ["", f"**BROKEN YARDSTICK: {d['policy']} at {d['knob']} {d['value']:g} ({_pct(d['attainment_joint'])} "
+                  f"on {d['gpu_hours']:.2f} GPU-h) beats the offline schedule on both axes.**"]
     lines += ["", "Comparisons (lower envelopes, interpolated in log-odds of attainment):", ""]
     lines += [f"- {describe(c)}" for c in frontier.get("comparisons", [])] or ["- none (no Dynamo frontier swept)"]
     return "\n".join(lines) + "\n"
