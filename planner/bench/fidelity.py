@@ -36,6 +36,10 @@ METRICS = ("ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "itl_p95_ms")
 TOLERANCE = {"p50": 0.25, "p95": 0.40}  # the issue's goal: p50s within 25 %, p95s within 40 %
 # vLLM's scheduler budget per step; the simulator's chunk_tokens is set to the same value.
 MAX_NUM_BATCHED_TOKENS = 2048
+MAX_NUM_SEQS = 16  # VllmServer's DEFAULT_ARGS
+# Tokens each stream of a decode point must produce with all of them running: a long window keeps the
+# measured step time steady when the API process falls behind and merges tokens into one chunk.
+DECODE_TOKENS = 48
 
 
 @dataclass(frozen=True)
@@ -129,17 +133,22 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
     kv = work / "kv"
     shutil.rmtree(kv, ignore_errors=True)
     kv.mkdir(parents=True)
+    # One prompt at a time on the prefill server: ExampleConnector saves the KV of a prompt prefilled in
+    # chunks incompletely, and the decode server then dies loading it ("shape mismatch: value tensor of
+    # shape [1152, 2, 128] cannot be broadcast to ... [1920, 2, 128]", vLLM 0.32.0, a 2,048-token prompt
+    # chunked behind another). A prompt of at most max_num_batched_tokens alone in a step is never chunked.
     pre = VllmServer(python, model_dir, role="kv_producer", kv_path=kv, cpus="0", log_dir=work / "logs",
-                     extra_args=_engine_args())
+                     extra_args=[*_engine_args(), "--max-num-seqs", "1"])
     dec = VllmServer(python, model_dir, role="kv_consumer", kv_path=kv, cpus="1", log_dir=work / "logs",
                      extra_args=_engine_args())
     progress(f"{name}: start", 0, 1)
     with _both(pre, dec):
         progress(f"{name}: start", 1, 1)
-        # The prefill server's curve from the prefill server, the decode server's from the decode server.
-        prefill_profile = _profile(model_dir, pre.url, options, options.isl_grid, (1,), options.context_grid[:1])
+        # The prefill server's curve from the prefill server, the decode server's from the decode server
+        # (first, while no KV files exist for it to load).
         decode_profile = _profile(model_dir, dec.url, options, options.isl_grid[:2], options.batch_grid,
                                   options.context_grid)
+        prefill_profile = _profile(model_dir, pre.url, options, options.isl_grid, (1,), options.context_grid[:1])
         progress(f"{name}: profile", 1, 1)
         profile = prefill_profile.model_copy(update={"decode": decode_profile.decode})
         shutil.rmtree(kv, ignore_errors=True)
@@ -178,8 +187,12 @@ def _profile(model_dir: Path, url: str, options: FidelityOptions, isl_grid: tupl
     model = str(model_dir / "config.json")
     req = SweepRequest(model=model, gpu="h200", tp=(1,), isl=512, osl=64, ttft_ms=5000, itl_ms=500,
                        isl_grid=isl_grid, batch_grid=batch_grid, context_grid=context_grid, url=url,
-                       served_model="tiny", warmup=1, iters=options.iters, decode_tokens=16)
-    return get_backend("endpoint")(load_model(model), load_hardware("h200"), req)
+                       served_model="tiny", warmup=1, iters=options.iters, decode_tokens=DECODE_TOKENS)
+    profile = get_backend("endpoint")(load_model(model), load_hardware("h200"), req)
+    # The endpoint backend's max_batch is the largest batch it saw decode at once, a lower bound (on a busy
+    # machine it may be 2); the server's slots are --max-num-seqs, known here because this harness set it.
+    decode = [d.model_copy(update={"max_batch": MAX_NUM_SEQS}) for d in profile.decode]
+    return profile.model_copy(update={"decode": decode})
 
 
 def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Profile, options: FidelityOptions,
