@@ -100,3 +100,9 @@ def test_disaggregated_requests_pay_the_front_end_on_both_hops(client_profile: P
     r = _run(client_profile, Mode.DISAGGREGATED, [0.0], 1000, 2)
     prefill_s = (INTERCEPT_MS + SLOPE_MS_PER_TOKEN * 1000) / 1e3  # hop 1: the curve, front end included
     assert r["ttft_s"][0] == pytest.approx(prefill_s + front_s + STEP_MS / 1e3, rel=1e-6)
+
+
+def test_a_measured_hand_over_replaces_the_decode_front_end(client_profile: Profile) -> None:
+    r = _run(client_profile, Mode.DISAGGREGATED, [0.0], 1000, 2, kv_handoff_s=0.07)
+    prefill_s = (INTERCEPT_MS + SLOPE_MS_PER_TOKEN * 1000) / 1e3
+    assert r["ttft_s"][0] == pytest.approx(prefill_s + 0.07 + STEP_MS / 1e3, rel=1e-6)

@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from planner.bench.fidelity_load import SliceSpec, percentiles, replay_trace, trace_slice
+from planner.bench.fidelity_load import SliceSpec, measure_handoff, percentiles, replay_trace, trace_slice
 from planner.bench.fidelity_sim import simulate
 from planner.profile import Profile
 from planner.sim.traces import RequestTrace
@@ -39,7 +39,7 @@ MAX_NUM_BATCHED_TOKENS = 2048
 MAX_NUM_SEQS = 16  # VllmServer's DEFAULT_ARGS
 # Tokens each stream of a decode point must produce with all of them running: a long window keeps the
 # measured step time steady when the API process falls behind and merges tokens into one chunk.
-DECODE_TOKENS = 48
+DECODE_TOKENS = 96
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class FidelityOptions:
     isl_grid: tuple[int, ...] = (16, 128, 512, 1024, 2048)
     batch_grid: tuple[int, ...] = (1, 2, 4, 8, 16)
     context_grid: tuple[int, ...] = (256, 1024, 2048)
-    iters: int = 3
+    iters: int = 4
     seed: int = 0
     cache_dir: Path | None = None
 
@@ -68,6 +68,7 @@ class ModeResult:
     server: list[dict[str, float]] = field(default_factory=list)  # per engine: vLLM's own means over the run
     profile: dict[str, Any] = field(default_factory=dict)  # the measured points the simulator used
     per_request: dict[str, list[Any]] = field(default_factory=dict)
+    sim_config: dict[str, float] = field(default_factory=dict)  # SimConfig fields measured here (kv_handoff_s)
 
     def ratios(self) -> dict[str, float]:
         return {m: round(self.sim[m] / self.real[m], 3) if self.real[m] else float("nan") for m in METRICS}
@@ -157,8 +158,14 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
         write_targets(targets, [Target(f"127.0.0.1:{pre.port}", "prefill"), Target(f"127.0.0.1:{dec.port}",
                                                                                    "decode")])
         with BackgroundServer(create_router_app(targets, Mode.DISAGGREGATED), port=0) as router:
+            # The hand-over alone, less the decode server's first step (the simulator times that step itself).
+            first_step_s = profile.decode_curve(1).itl_ms(1, 1024).value / 1e3
+            handoff_s = max(0.0, measure_handoff(router.url, pre.url) - first_step_s)
+            shutil.rmtree(kv, ignore_errors=True)
+            kv.mkdir()
             return _replay_and_simulate(name, router.url, trace, profile, options, progress,
-                                        [pre.ready_s or 0.0, dec.ready_s or 0.0], [pre.url, dec.url])
+                                        [pre.ready_s or 0.0, dec.ready_s or 0.0], [pre.url, dec.url],
+                                        kv_handoff_s=handoff_s)
 
 
 @contextmanager
@@ -196,7 +203,8 @@ def _profile(model_dir: Path, url: str, options: FidelityOptions, isl_grid: tupl
 
 
 def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Profile, options: FidelityOptions,
-                         progress: Progress, ready_s: list[float], engine_urls: list[str]) -> ModeResult:
+                         progress: Progress, ready_s: list[float], engine_urls: list[str],
+                         **sim_config: float) -> ModeResult:
     load_before = os.getloadavg()[0]
     before = server_means(engine_urls)
     measured = replay_trace(url, trace, seed=options.seed,
@@ -206,7 +214,7 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
     if options.out is not None:  # kept, so the replay can be simulated again (resimulate) as the model changes
         options.out.parent.mkdir(parents=True, exist_ok=True)
         profile_path(options.out, name).write_text(profile.model_dump_json(by_alias=True, indent=1))
-    simulated = simulate(trace, profile, Mode(name), MAX_NUM_BATCHED_TOKENS)
+    simulated = simulate(trace, profile, Mode(name), MAX_NUM_BATCHED_TOKENS, **sim_config)
     progress(f"{name}: simulate", 1, 1)
     sim = percentiles(simulated["ttft_s"], simulated["itl_mean_s"])
     per_request = {"arrival_s": trace.arrival_s.tolist(), "isl": trace.isl.tolist(), "osl": trace.osl.tolist(),
@@ -216,7 +224,7 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
                       [round(load_before, 2), round(load_after, 2)], round(measured.wall_s, 1),
                       [round(r, 1) for r in ready_s], measured.errors[:5],
                       server=_server_deltas(before, after), profile=_profile_points(profile),
-                      per_request=per_request)
+                      per_request=per_request, sim_config=dict(sim_config))
 
 
 def profile_path(out: Path, mode: str) -> Path:

@@ -141,3 +141,31 @@ def _measured(results: list[StreamResult], trace: RequestTrace, wall_s: float) -
         ttft[i] = r.ttft_s
         itl[i] = (r.events_s[-1] - r.events_s[0]) / (got - 1)
     return Measured(ttft, itl, failed, errors, wall_s)
+
+
+def measure_handoff(router_url: str, prefill_url: str, isls: tuple[int, ...] = (512, 1536), reps: int = 3,
+                    model: str = "tiny", vocab: int = 4096, seed: int = 1) -> float:
+    """The disaggregated hand-over's own latency, alone: TTFT through the router (prefill server, then the decode
+    server loading the KV) less TTFT from the prefill server directly, medians at each prompt length, averaged.
+    It holds the decode request's front end, the connector's load of the KV and the decode server's first step."""
+    return asyncio.run(_handoff(router_url, prefill_url, isls, reps, model, vocab, seed))
+
+
+async def _handoff(router_url: str, prefill_url: str, isls: tuple[int, ...], reps: int, model: str, vocab: int,
+                   seed: int) -> float:
+    shape = RequestShape(model, CONTINUOUS_USAGE, OPTIONAL_BODY)
+    rng = random.Random(seed)
+    low, high = token_id_range(vocab)
+    gaps = []
+    async with make_client(router_url, 2, 120.0) as via_router, make_client(prefill_url, 2, 120.0) as direct:
+        for isl in isls:
+            times: dict[str, list[float]] = {"router": [], "direct": []}
+            for _ in range(reps):
+                for name, client in (("router", via_router), ("direct", direct)):
+                    prompt = [rng.randrange(low, high) for _ in range(isl)]  # fresh: no prefix-cache hit
+                    r = await stream_completion(client, shape, prompt, 2)
+                    if not r.ok:
+                        raise UserError(f"hand-over probe via {name}: {r.error or r.status}", key="url")
+                    times[name].append(r.ttft_s)
+            gaps.append(float(np.median(times["router"]) - np.median(times["direct"])))
+    return max(0.0, float(np.mean(gaps)))

@@ -117,7 +117,7 @@ def bench_fidelity(
     max_osl: Annotated[int, typer.Option("--max-osl", help="outputs cut to this many tokens")] = 256,
     modes: Annotated[str, typer.Option(help="comma-separated: aggregated, disaggregated")] = "aggregated,disaggregated",
     out: Annotated[Path, typer.Option(help="JSON results")] = Path("fidelity.json"),
-    iters: Annotated[int, typer.Option(help="timed runs per profile point")] = 3,
+    iters: Annotated[int, typer.Option(help="timed runs per profile point")] = 4,
 ) -> None:
     """Real vLLM (CPU build, tiny model) vs the simulator on the same trace slice: TTFT/ITL p50/p95."""
     from planner.bench import fidelity

@@ -67,6 +67,10 @@ class SimConfig:
     # Per-request latency outside the engine (API front end) per hop; None: the profile's own share
     # (client_front_end_s of a client-observed profile, 0 for an engine-only one). See :func:`front_end_s`.
     front_end_s: float | None = None
+    # Disaggregated: the hand-over's latency from the end of prefill to the decode server's first step (the
+    # decode request's front end and the connector's load of the KV; planner bench fidelity measures it), on
+    # top of the link's transfer time. None: the front end's share alone.
+    kv_handoff_s: float | None = None
 
 
 CLIENT_OBSERVED_BACKENDS = ("endpoint", "kubernetes")  # profiles timed over HTTP, the front end included
@@ -113,7 +117,7 @@ class Cluster:
                                  fleet.retire_if_drained)
         link = KvTransfers(self._events, self.log, float(profile.model.kv_bytes_per_token),
                            float(config.link_bytes_per_s), fleet.route_sequence, fleet.retire_if_drained,
-                           hop_s=front_s)
+                           hop_s=front_s if config.kv_handoff_s is None else config.kv_handoff_s)
         prefill = PrefillStage(self._events, timing, self.log.isl, config.chunk_tokens, link.start,
                                fleet.idle_prefill, fleet.retire_if_drained)
         fleet.attach(prefill.admit, decode.accept)
