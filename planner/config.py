@@ -139,7 +139,8 @@ def _engine_command(command: list[str] | None) -> list[str] | None:
     if not command or not command[0]:
         raise ValueError("must be a non-empty list: the program, then its arguments")
     if not any(PORT_PLACEHOLDER in arg for arg in command):
-        raise ValueError(f"no {PORT_PLACEHOLDER} in it: every replica needs its own port (e.g. --port, \"{{port}}\")")
+        raise ValueError(f"no {PORT_PLACEHOLDER} in it: every replica needs its own port; put {PORT_PLACEHOLDER} "
+                         "where the engine takes its port")
     return command
 
 

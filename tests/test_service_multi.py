@@ -60,7 +60,7 @@ def test_policy_names_must_differ(tmp_path: Path) -> None:
     b = tmp_path / "other" / "chat.yaml"
     b.parent.mkdir()
     b.write_text(a.read_text())
-    with pytest.raises(UserError, match="policy name 'chat' is already run by another --policy"):
+    with pytest.raises(UserError, match="policy name 'chat' is already run by another policy file"):
         Service(RunOptions(a, more_policies=(b,), port=0, grpc_port=0))
 
 

@@ -49,8 +49,9 @@ def load_api_client(required: bool = True, in_cluster_only: bool = False) -> Any
         except (config.ConfigException, OSError) as exc:
             if not required:
                 return None
-            raise UserError(f"actuator kind 'kubernetes' and --leader-elect need the Kubernetes API: no in-cluster "
+            raise UserError(f"actuator kind 'kubernetes' and leader_elect need the Kubernetes API: no in-cluster "
                             f"credentials and no kubeconfig ({exc}); "
-                            "run inside the cluster, set KUBECONFIG, or use dry_run", mentions=("dry_run",)) from None
+                            "run inside the cluster, set KUBECONFIG, or use dry_run",
+                            mentions=("leader_elect", "dry_run")) from None
     cfg.retries = 0
     return client.ApiClient(cfg)

@@ -123,7 +123,7 @@ def build_loops(opts: RunOptions, clock: Clock | None = None, api_client: Any = 
     for path in opts.policy_paths:
         loop = build_loop(opts, clock, api_client, metrics, path, elector)
         if any(other.name == loop.name for other in loops):
-            raise UserError(f"--policy {path}: policy name {loop.name!r} is already run by another --policy; "
+            raise UserError(f"policy {path}: policy name {loop.name!r} is already run by another policy file; "
                             "names label every metric and must differ", key="policy")
         elector = elector or loop.elector
         loops.append(loop)
