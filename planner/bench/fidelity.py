@@ -84,6 +84,7 @@ def run(console: Console, options: FidelityOptions, progress: Progress) -> list[
     """Make (or reuse) the vLLM environment and the tiny model, then ``run_with`` them."""
     from planner.testing.vllm_cpu import ensure_env, make_tiny_model
 
+    trace_slice(options.slice)  # bad input fails here, before minutes go into the engine
     python = ensure_env(options.cache_dir)
     with tempfile.TemporaryDirectory(prefix="planner-fidelity-model-") as model_tmp:
         model_dir = make_tiny_model(Path(model_tmp) / "model", python)
