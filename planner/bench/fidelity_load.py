@@ -143,7 +143,7 @@ def _measured(results: list[StreamResult], trace: RequestTrace, wall_s: float) -
     return Measured(ttft, itl, failed, errors, wall_s)
 
 
-def measure_handoff(router_url: str, prefill_url: str, isls: tuple[int, ...] = (512, 1536), reps: int = 3,
+def measure_handoff(router_url: str, prefill_url: str, isls: tuple[int, ...] = (512, 1536), reps: int = 8,
                     model: str = "tiny", vocab: int = 4096, seed: int = 1) -> float:
     """The disaggregated hand-over's own latency, alone: TTFT through the router (prefill server, then the decode
     server loading the KV) less TTFT from the prefill server directly, medians at each prompt length, averaged.
