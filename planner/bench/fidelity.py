@@ -51,6 +51,7 @@ class FidelityOptions:
     batch_grid: tuple[int, ...] = (1, 2, 4, 8, 16)
     context_grid: tuple[int, ...] = (256, 1024, 2048)
     iters: int = 4
+    decode_tokens: int = DECODE_TOKENS
     seed: int = 0
     cache_dir: Path | None = None
 
@@ -195,7 +196,7 @@ def _profile(model_dir: Path, url: str, options: FidelityOptions, isl_grid: tupl
     model = str(model_dir / "config.json")
     req = SweepRequest(model=model, gpu="h200", tp=(1,), isl=512, osl=64, ttft_ms=5000, itl_ms=500,
                        isl_grid=isl_grid, batch_grid=batch_grid, context_grid=context_grid, url=url,
-                       served_model="tiny", warmup=1, iters=options.iters, decode_tokens=DECODE_TOKENS)
+                       served_model="tiny", warmup=1, iters=options.iters, decode_tokens=options.decode_tokens)
     profile = get_backend("endpoint")(load_model(model), load_hardware("h200"), req)
     # The endpoint backend's max_batch is the largest batch it saw decode at once, a lower bound (on a busy
     # machine it may be 2); the server's slots are --max-num-seqs, known here because this harness set it.

@@ -118,6 +118,8 @@ def bench_fidelity(
     modes: Annotated[str, typer.Option(help="comma-separated: aggregated, disaggregated")] = "aggregated,disaggregated",
     out: Annotated[Path, typer.Option(help="JSON results")] = Path("fidelity.json"),
     iters: Annotated[int, typer.Option(help="timed runs per profile point")] = 4,
+    decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="tokens per stream in a decode "
+                                               "profile point's window")] = 96,
 ) -> None:
     """Real vLLM (CPU build, tiny model) vs the simulator on the same trace slice: TTFT/ITL p50/p95."""
     from planner.bench import fidelity
@@ -131,11 +133,13 @@ def bench_fidelity(
         raise UserError(f"--modes {modes!r}: allowed a comma-separated list of {', '.join(fidelity.MODES)}")
     if iters < 1:
         raise UserError(f"--iters: {iters} must be >= 1")
+    if decode_tokens < 4:
+        raise UserError(f"--decode-tokens: {decode_tokens} must be >= 4")
     path = trace or DEFAULT_TRACE
     if not path.exists():
         raise UserError(f"{path}: trace not found (pass --trace)")
     spec = SliceSpec(path, start_s, duration_s, rate, max_isl, max_osl)
-    options = fidelity.FidelityOptions(spec, chosen, out, iters=iters)
+    options = fidelity.FidelityOptions(spec, chosen, out, iters=iters, decode_tokens=decode_tokens)
     console = Console()
     with phase_progress(console) as progress:
         results = fidelity.run(console, options, progress)
