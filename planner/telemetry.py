@@ -88,6 +88,12 @@ class PlannerMetrics:
                                      registry=r)
         self.leader = Gauge("planner_leader", "1 while this controller holds the Lease and acts, 0 while it "
                             "stands by (absent without --leader-elect).", ["policy"], registry=r)
+        # The policy's SLA as a series, so that dashboards draw it and alerts compare against it without
+        # copying the policy file's numbers (signal ttft or itl, at the policy's sla.percentile).
+        self.sla_seconds = Gauge("planner_sla_seconds", "The policy's SLA target (signal ttft or itl) at its "
+                                 "percentile.", ["policy", "signal"], registry=r)
+        self.sla_percentile = Gauge("planner_sla_percentile", "The percentile the policy's SLA is written "
+                                    "against (95: p95).", ["policy"], registry=r)
         self.actuation_conflicts = Counter("planner_actuation_conflicts", "Scale writes answered 409 Conflict "
                                            "(re-read before writing again).", pp, registry=r)
 
@@ -210,6 +216,12 @@ def record_signals(metrics: PlannerMetrics, policy: str, status: SignalStatus) -
         _set(metrics.signal_seconds_since_good, labels, age)
         metrics.signal_missing.labels(**labels).set(1 if signal in status.missing else 0)
     metrics.ready.labels(policy=policy).set(1 if status.ready else 0)
+
+
+def record_sla(metrics: PlannerMetrics, policy: str, ttft_ms: float, itl_ms: float, percentile: float) -> None:
+    metrics.sla_seconds.labels(policy=policy, signal="ttft").set(ttft_ms * 1e-3)
+    metrics.sla_seconds.labels(policy=policy, signal="itl").set(itl_ms * 1e-3)
+    metrics.sla_percentile.labels(policy=policy).set(percentile)
 
 
 def record_error(metrics: PlannerMetrics, policy: str, kind: str) -> None:

@@ -42,6 +42,7 @@ DEPLOY = REPO / "deploy"
 OVERLAYS = {"advisory": "dry-run", "direct": "kubernetes", "keda": "keda", "keda-external": "keda", "hpa": "hpa"}
 NAMESPACE = "llm"  # deploy/components/namespace
 K8S_VERSION = "1.34.0"
+DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))  # generated: python -m planner.dashboards
 
 
 def kubectl() -> str:
@@ -198,6 +199,25 @@ CRD_SCHEMAS = {
                                        "serviceDiscoveryRole": {"enum": ["Endpoints", "EndpointSlice"]}},
                                       {"bearerTokenFile": {"type": "string"}}),
 }
+RULE = {"type": "object", "additionalProperties": False, "required": ["expr"],  # PrometheusRule's Rule
+        "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+        "properties": {"alert": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                       "record": {"type": "string", "pattern": "^[a-zA-Z_:][a-zA-Z0-9_:]*$"},
+                       "expr": {"type": "string", "minLength": 1}, "for": DURATION, "keep_firing_for": DURATION,
+                       "labels": STRING_MAP, "annotations": STRING_MAP}}
+PROMETHEUS_RULE = {
+    "type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "PrometheusRule"},
+        "metadata": {"type": "object", "required": ["name"],
+                     "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
+                                    "labels": STRING_MAP}},
+        "spec": {"type": "object", "additionalProperties": False, "required": ["groups"], "properties": {
+            "groups": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "additionalProperties": False, "required": ["name", "rules"],
+                "properties": {"name": {"type": "string", "minLength": 1}, "interval": DURATION,
+                               "limit": {"type": "integer"}, "partial_response_strategy": {"type": "string"},
+                               "rules": {"type": "array", "minItems": 1, "items": RULE}}}}}}}}
 # Prometheus' own rules for a relabel config (config.go: relabel.Config.Validate).
 NEEDS_TARGET_LABEL = {"replace", "hashmod", "lowercase", "uppercase", "keepequal", "dropequal"}
 
@@ -247,6 +267,8 @@ def validate(obj: dict) -> None:
 
     if obj["kind"] == "ScaledObject":
         validate_scaled_object(obj)
+    elif obj["kind"] == "PrometheusRule":  # its expressions: tests/test_dashboard.py (promtool)
+        jsonschema.validate(obj, PROMETHEUS_RULE)
     elif obj["kind"] in CRD_SCHEMAS:
         validate_monitor(obj)
     else:
@@ -260,8 +282,10 @@ def test_every_object_validates(overlay: tuple[str, list[dict]]) -> None:
     rbac = {"direct": ["Role"] * 3 + ["RoleBinding"] * 3}.get(name, [])  # scale, leases, events
     scalers = {"keda": ["ScaledObject"] * 2, "keda-external": ["ScaledObject"] * 2,
                "hpa": ["HorizontalPodAutoscaler"] * 2}.get(name, [])
-    assert sorted(o["kind"] for o in objs) == sorted(["ConfigMap", "ConfigMap", "Deployment", "Service",
-                                                      "ServiceAccount", "ServiceMonitor", *rbac, *scalers])
+    dashboards = ["ConfigMap"] * len(DASHBOARDS)
+    assert sorted(o["kind"] for o in objs) == sorted(["ConfigMap", *dashboards, "Deployment", "Service",
+                                                      "ServiceAccount", "ServiceMonitor", "PrometheusRule",
+                                                      *rbac, *scalers])
     assert {o["metadata"].get("namespace") for o in objs} == {NAMESPACE}
 
 
@@ -384,12 +408,26 @@ def test_hpa_reads_planner_desired_replicas(tmp_path: Path) -> None:
     assert rule["name"]["as"] == hpas[0]["spec"]["metrics"][0]["external"]["metric"]["name"]
 
 
-def test_dashboard_config_map(overlay: tuple[str, list[dict]]) -> None:
+def test_dashboard_config_maps(overlay: tuple[str, list[dict]]) -> None:
+    """One ConfigMap per generated dashboard, each labelled for the Grafana sidecar."""
     _, objs = overlay
-    (cm,) = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "planner-dashboard"]
-    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert json.loads(cm["data"]["planner.json"]) == json.loads((REPO / "dashboards" / "planner.json").read_text())
-    assert len(json.dumps(cm).encode()) < 256 * 1024  # fits the client-side apply annotation, let alone 1 MiB
+    maps = {name: cm for cm in by_kind(objs, "ConfigMap") if cm["metadata"]["name"].startswith("planner-dashboard")
+            for name in cm["data"]}
+    assert set(maps) == {p.name for p in DASHBOARDS}
+    for name, cm in maps.items():
+        assert cm["metadata"]["name"].startswith("planner-dashboard")
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert json.loads(cm["data"][name]) == json.loads((REPO / "dashboards" / name).read_text())
+        assert len(json.dumps(cm).encode()) < 256 * 1024  # fits the client-side apply annotation, let alone 1 MiB
+
+
+def test_prometheus_rule_is_the_generated_one(overlay: tuple[str, list[dict]]) -> None:
+    from planner.dashboards.alerts import prometheus_rule
+
+    _, objs = overlay
+    (rule,) = by_kind(objs, "PrometheusRule")
+    assert rule["spec"] == prometheus_rule()["spec"]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # the chart's default ruleSelector
 
 
 def test_base_is_namespace_agnostic() -> None:

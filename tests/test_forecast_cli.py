@@ -106,3 +106,28 @@ def test_bench_forecast_prints_latency(capsys: pytest.CaptureFixture[str]) -> No
     assert run(["bench", "forecast", "--models", "last-value,auto", "--ticks", "5"]) == 0
     out = capsys.readouterr().out
     assert "p95 ms" in out and "auto" in out
+
+
+@pytest.mark.parametrize("args,needle", [
+    pytest.param(["--set", "everything"], "--set", id="unknown-set"),
+    pytest.param(["--traces", "/nonexistent/traces"], "--traces", id="no-traces-folder"),
+    pytest.param(["--workers", "0"], "--workers", id="no-workers"),
+])
+def test_bench_forecast_held_out_rejects_bad_flags(args: list[str], needle: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["bench", "forecast", "--held-out", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_bench_forecast_held_out_real_traces(shared: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "held.json"
+    assert run(["bench", "forecast", "--held-out", "--traces", str(shared / "traces"), "--workers", "2",
+                "--out", str(out)]) == 0
+    (group,) = json.loads(out.read_text()).values()
+    names = {r["series"] for r in group["rows"]}
+    assert {"azure-conv rate 60s", "azure-code output-tps 30s", "servegen rate 600s h=1800s"} <= names
+    for r in group["rows"]:  # the ratio is the two MASEs' ratio (one scale per series)
+        assert r["auto_mase_ratio"] == pytest.approx(r["mase_auto"] / r["mase_last_value"], abs=2e-4)
+    assert "MASE lv" in capsys.readouterr().out

@@ -149,7 +149,7 @@ def test_a_cancel_stops_between_backend_calls() -> None:
 
 
 def test_thorough_calls_the_endpoint_backend_with_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The endpoint backend lands on another branch; a stand-in records what the registry is called with."""
+    """What the pipeline hands the registry's backend (tests/test_init_thorough.py runs the real one)."""
     seen: list[SweepRequest] = []
 
     def endpoint(model: Any, hw: Any, req: SweepRequest) -> Any:

@@ -26,6 +26,7 @@ from planner.telemetry import (
     record_error,
     record_observation,
     record_signals,
+    record_sla,
     record_tick,
 )
 from planner.testing.clock import FakeClock
@@ -129,6 +130,14 @@ def test_tick_histogram() -> None:
     record_tick(m, "pol", 0.2, read_seconds=0.04)
     assert sample(m, "planner_tick_duration_seconds_count", policy="pol") == 1
     assert sample(m, "planner_observation_read_seconds_sum", policy="pol") == pytest.approx(0.04)
+
+
+def test_the_policys_sla_in_seconds() -> None:
+    m = PlannerMetrics()
+    record_sla(m, "pol", ttft_ms=800.0, itl_ms=25.0, percentile=99.0)
+    assert sample(m, "planner_sla_seconds", policy="pol", signal="ttft") == pytest.approx(0.8)
+    assert sample(m, "planner_sla_seconds", policy="pol", signal="itl") == pytest.approx(0.025)
+    assert sample(m, "planner_sla_percentile", policy="pol") == 99.0
 
 
 def test_metrics_are_defined_once_per_registry_and_registries_are_independent() -> None:

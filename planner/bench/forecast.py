@@ -1,14 +1,20 @@
-"""`planner bench forecast`: fit + forecast latency per series and per control tick, sliding history."""
+"""`planner bench forecast`: fit + forecast latency per series and per control tick, sliding history; with
+`--held-out`, auto's MASE and last-value's, and their ratio, on series auto was never tuned on."""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from planner.forecast import make_forecaster
+from planner.errors import UserError
+from planner.forecast import heldout, make_forecaster
+from planner.forecast.heldout import EvalCase, Row
+from planner.sim.series import load_eval_series
 
 DAY_S = 86_400.0
 # The models a tick could run in production (the cheap ones and the statsmodels ones), when none are named.
@@ -58,3 +64,99 @@ def run(console: Console, models: list[str], ticks: int, history_s: float, step_
                       f"{np.percentile(tk, 50):.2f}", f"{np.percentile(tk, 95):.2f}", f"{tk.max():.1f}",
                       f"{tk[0]:.1f}")
     console.print(table)
+
+
+# ------------------------------------------------------------------------------ held-out table for `auto`
+HELD_OUT_STEPS_S = (30.0, 60.0)
+AZURE_HORIZON_S = 180.0
+SERVEGEN_HORIZONS_S = (1800.0, 600.0)
+
+
+def azure_cases(path: Path, kind: str) -> list[EvalCase]:
+    """Rate, mean ISL/OSL and prompt/output tokens/s of one Azure trace at 30 s and 60 s steps."""
+    out = []
+    for step_s in HELD_OUT_STEPS_S:
+        data = load_eval_series(path, "azure", step_s, None).data
+        rate = data["rate"]
+        # Tokens/s per step: sum of lengths / step = rate x mean length; 0 (not "no data") in an idle step.
+        work = {"prompt-tps": np.where(rate > 0, rate * np.nan_to_num(data["isl"]), 0.0),
+                "output-tps": np.where(rate > 0, rate * np.nan_to_num(data["osl"]), 0.0)}
+        for target, values in {"rate": rate, "isl": data["isl"], "osl": data["osl"], **work}.items():
+            out.append(EvalCase(f"azure-{kind} {target} {step_s:g}s", data["time_s"], values, step_s,
+                                AZURE_HORIZON_S, "held-out", history_s=7 * DAY_S))
+    return out
+
+
+def real_cases(traces: Path) -> list[EvalCase]:
+    """Every series the shipped traces give: Azure conv and code (10 each) and ServeGen's rate (2 horizons)."""
+    if not traces.is_dir():
+        raise UserError(f"traces: {traces} is not a folder; expected the shared traces folder "
+                        "(azure2023/, servegen/)", key="traces")
+    out = []
+    for kind in ("conv", "code"):
+        out += azure_cases(traces / "azure2023" / f"AzureLLMInferenceTrace_{kind}.csv", kind)
+    sg = load_eval_series(traces / "servegen" / "aggregate_rate_language_m-large.csv", "servegen", 600.0, None)
+    for horizon_s in SERVEGEN_HORIZONS_S:
+        out.append(EvalCase(f"servegen rate {sg.step_s:g}s h={horizon_s:g}s", sg.data["time_s"], sg.data["rate"],
+                            sg.step_s, horizon_s, "held-out", history_s=7 * DAY_S))
+    return out
+
+
+SETS = ("real", "synthetic", "training", "all")
+
+
+def held_out_groups(traces: Path, which: str) -> dict[str, list[EvalCase]]:
+    """The series of one ``--set``: real = the shipped traces (held out), synthetic = held-out synthetic
+    families and seeds, training = the only series auto's constants were tuned on."""
+    if which not in SETS:
+        raise UserError(f"which: {which!r}; allowed: {', '.join(SETS)}", key="which")
+    groups: dict[str, list[EvalCase]] = {}
+    if which in ("real", "all"):
+        groups["held-out: real traces"] = real_cases(traces)
+    if which in ("synthetic", "all"):
+        seeds = ", ".join(str(s) for s in heldout.HELD_OUT_SEEDS)
+        groups[f"held-out: synthetic (seeds {seeds})"] = heldout.held_out_synthetic()
+    if which in ("training", "all"):
+        groups["training (auto's constants were tuned on these only)"] = heldout.training()
+    return groups
+
+
+def held_out(console: Console, traces: Path, which: str, workers: int) -> dict[str, object]:
+    """Score every case of every group (in ``workers`` processes), print one table per group and a verdict."""
+    report: dict[str, object] = {}
+    for title, cases in held_out_groups(traces, which).items():
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            rows = list(pool.map(_score, cases))
+        held_out_table(console, title, rows)
+        worst = max(rows, key=lambda r: r.auto)
+        over = [r.name for r in rows if r.auto > 1.0]
+        console.print(f"{title}: worst auto / last-value {worst.auto:.4f} ({worst.name}); "
+                      f"over 1.000: {', '.join(over) or 'none'}; geometric mean {geomean(rows):.4f}")
+        report[title] = {"summary": summary(rows), "rows": [r.as_json() for r in rows]}
+    return report
+
+
+def _score(case: EvalCase) -> Row:
+    return heldout.score_case(case, time.perf_counter)
+
+
+def held_out_table(console: Console, title: str, rows: list[Row]) -> None:
+    table = Table(title=title, title_justify="left", caption_justify="left",
+                  caption="MASE: MAE / the series' mean absolute one-step change; lv: last-value; ewma/lv: what "
+                          "smoothing alone would have got; switched: share of origins auto used another model")
+    cols = ("series", "origins", "MASE auto", "MASE lv", "auto/lv", "ewma/lv", "switched")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "series" else "right", no_wrap=col == "series")
+    for r in rows:
+        mark = "[bold red]" if r.auto > 1.0 and r.role == "held-out" else ""
+        table.add_row(r.name, str(r.origins), f"{r.mase_auto:.3f}", f"{r.mase_last_value:.3f}",
+                      f"{mark}{r.auto:.3f}", f"{r.reference:.3f}", f"{100 * r.switched:.0f} %")
+    console.print(table)
+def geomean(rows: list[Row]) -> float:
+    return float(np.exp(np.mean(np.log([r.auto for r in rows]))))
+
+
+def summary(rows: list[Row]) -> dict[str, object]:
+    worst = max(rows, key=lambda r: r.auto)
+    return {"series": len(rows), "worst": {"series": worst.name, "mase_ratio": round(worst.auto, 4)},
+            "over_1": [r.name for r in rows if r.auto > 1.0], "geomean_ratio": round(geomean(rows), 4)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -58,10 +60,26 @@ def bench_forecast(
                                              "policy default is 6 h")] = 6 * 3600.0,
     step_s: Annotated[float, typer.Option("--step-s", help="tick interval (s)")] = 30.0,
     horizon_s: Annotated[float, typer.Option("--horizon-s", help="start-up + interval (s)")] = 150.0,
+    held_out: Annotated[bool, typer.Option("--held-out", help="instead of latency: auto's MASE, last-value's "
+                                           "and their ratio per series auto was never tuned on")] = False,
+    traces: Annotated[Path, typer.Option("--traces", help="with --held-out: the shared traces folder "
+                                         "(azure2023/, servegen/)")] = Path("../shared/traces"),
+    which: Annotated[str, typer.Option("--set", help="with --held-out: real | synthetic | training | all")] = "real",
+    workers: Annotated[int, typer.Option(help="with --held-out: processes")] = os.cpu_count() or 1,
+    out: Annotated[Path | None, typer.Option("--out", help="with --held-out: write the rows as JSON")] = None,
 ) -> None:
-    """Fit + forecast latency per series and per control tick (5 series x 2 horizons), sliding history."""
+    """Fit + forecast latency per series and per control tick (5 series x 2 horizons), sliding history;
+    with --held-out, auto against last-value on held-out series (target: ratio <= 1.000 on every one)."""
     from planner.bench import forecast
 
+    if held_out:
+        if workers < 1:
+            raise UserError(f"--workers: {workers} must be >= 1")
+        console = Console()
+        report = forecast.held_out(Console(width=max(console.width, 110)), traces, which, workers)
+        if out is not None:
+            out.write_text(json.dumps(report, indent=2) + "\n")
+        return
     positive("--history-s", history_s)
     positive("--step-s", step_s)
     if ticks < 1:

@@ -1,4 +1,4 @@
-"""``auto``: per series, the kernel with the lowest recent rolling-origin error at the requested horizon.
+"""``auto``: per series and horizon, last-value unless a cheap kernel's gain over it holds out of sample.
 
 Candidates are the cheap kernels (last value, moving averages, EWMA, damped Holt, seasonal naive and
 seasonal delta for daily/weekly seasons once the history covers a season). Each candidate's forecast from
@@ -9,13 +9,15 @@ The choice is re-made at anchors (every ``recheck_steps`` steps of data time, se
 between, so the model does not flip every tick and a tick costs one kernel pass. Work is bounded by
 construction: at most ``max_points`` points, a fixed candidate list, no iterative optimiser.
 
-A candidate must beat last-value by ``margin`` (relative MAE) *and* by more than the backtest's noise
-(``Z_CLEAR`` standard errors of the error difference) to be picked: on a short or noisy series the
-backtest winner is partly luck, and last-value is the safe choice for "I can't tell".
+Last-value is the default, the safe choice for "I can't tell": a candidate replaces it only when its gain
+holds out of sample (``gate``: a block t-test with a Bonferroni correction at the re-check, the replayed
+track record of earlier re-checks, and a trial at every tick since the re-check that falls back to
+last-value while the choice is losing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,23 +27,23 @@ import numpy as np
 from planner.forecast import kernels as k
 from planner.forecast.base import no_forecast
 from planner.forecast.empirical import forecast_from_kernel
+from planner.forecast.gate import Gate, in_force, replay
 from planner.forecast.history import NoHistory, Series, prepare
 from planner.forecast.memo import BoundedMemo, anchor_index, memo_key
 from planner.forecast.simple import DAY_S, WEEK_S
 from planner.types import Forecast
 
-MIN_BACKTEST = 24
-Z_CLEAR = 1.0
+GATE = Gate()
 
 
-def candidates(s: Series, h: int) -> list[k.Candidate]:
+def candidates(s: Series, h: int, min_origins: int = GATE.min_origins) -> list[k.Candidate]:
     out = [k.lv(), k.ma(3), k.ma(6), k.ma(12)]
     out += [k.ew(a) for a in (0.1, 0.2, 0.3, 0.5, 0.7)]
     out += [k.holt(a, b, phi) for a, b, phi in ((0.3, 0.05, 0.9), (0.6, 0.2, 0.9), (0.5, 0.1, 0.98))]
     n = len(s.values)
     for period_s, label in ((DAY_S, "daily"), (WEEK_S, "weekly")):
         period = round(period_s / s.step_s)
-        if period >= 2 and n >= period + h + MIN_BACKTEST:
+        if period >= 2 and n >= period + h + min_origins:
             out.append(k.snaive(period, label))
             if h <= period:
                 out += [k.sdelta(period, label, seasons, a) for seasons in (1, 3) for a in (0.3, 0.6)]
@@ -51,44 +53,30 @@ def candidates(s: Series, h: int) -> list[k.Candidate]:
 @dataclass(frozen=True)
 class Choice:
     candidate: k.Candidate
-    mae: float
-    last_value_mae: float
-    origins: int
+    origins: int  # backtest origins behind the choice (0: too few, last-value by default)
+    anchor_s: float  # data time of the re-check it was made at: its out-of-sample trial starts there
 
 
-def choose(y: np.ndarray, h: int, cands: list[k.Candidate], window: int, margin: float) -> Choice:
-    """Lowest h-step MAE relative to last-value's, over the last ``window`` origins each candidate covers.
+def past_anchors(s: Series, anchor: int, every_steps: int, count: int) -> list[int]:
+    """The anchor and the ``count`` anchors before it, as the live loop met them (ascending)."""
+    points = [anchor]
+    while len(points) <= count and points[-1] >= 1:
+        earlier = Series(s.t0_s, s.step_s, s.values[: points[-1]])
+        points.append(anchor_index(earlier, every_steps))
+    return sorted(set(points))
 
-    Scoring each candidate against last-value *on the same origins* lets a seasonal candidate (defined
-    only after one season) compete fairly with kernels defined from the first point.
-    """
-    n = len(y)
-    last_origin = n - 1 - h  # the last origin whose target is observed
-    lo_window = max(0, last_origin + 1 - window)
-    if last_origin + 1 - lo_window < MIN_BACKTEST:
-        return Choice(k.lv(), math.nan, math.nan, max(0, last_origin + 1 - lo_window))
-    target = y[lo_window + h: last_origin + 1 + h]
-    lv_err = np.abs(target - y[lo_window: last_origin + 1])
-    best = Choice(k.lv(), float(lv_err.mean()), float(lv_err.mean()), len(target))
-    best_ratio = 1.0 - margin
-    for c in cands[1:]:
-        if n < c.min_points:
-            continue
-        f = c.run(y, h)[lo_window: last_origin + 1]
-        ok = np.isfinite(f)
-        if ok.sum() < MIN_BACKTEST:
-            continue
-        err = np.abs(target[ok] - f[ok])
-        base = float(lv_err[ok].mean())
-        ratio = float(err.mean()) / base if base > 0 else (0.0 if err.mean() == 0 else math.inf)
-        # Picked only if the gain over last-value is clear of the backtest's own noise: the mean error
-        # difference must stay below zero after adding z standard errors (h-step errors overlap, so the
-        # effective sample is ~n/h, hence sqrt(h)).
-        diff = err - lv_err[ok]
-        noise = Z_CLEAR * float(np.std(diff)) * math.sqrt(h / len(diff))
-        if float(diff.mean()) + noise < 0 and ratio < best_ratio:
-            best, best_ratio = Choice(c, float(err.mean()), base, int(ok.sum())), ratio
-    return best
+
+def choose(y: np.ndarray, h: int, cands: list[k.Candidate], points: list[int], gate: Gate,
+           anchor_s: float) -> Choice:
+    """The candidate the gate lets replace last-value at the last point of ``y`` (made at ``anchor_s``)."""
+    usable = [c for c in cands if len(y) >= c.min_points]
+    forecasts = [c.run(y, h) for c in usable]
+    # Every candidate also comes as its half-blend with last-value (computed from the same pass).
+    half_of = {i: len(usable) + i - 1 for i in range(1, len(usable))}
+    forecasts += [0.5 * (y + f) for f in forecasts[1:]]
+    every = usable + [k.half_blend(c) for c in usable[1:]]
+    index, origins = replay(y, forecasts, h, points, gate, half_of)
+    return Choice(every[index], origins, anchor_s)
 
 
 @dataclass(frozen=True)
@@ -105,18 +93,35 @@ class AutoFitted:
         h = s.steps(horizon_s)
         choice = self.owner.choice(s, h)
         f = choice.candidate.run(s.values, h)
+        # The memoised choice outlives the sliding window it was made on: its re-check is found by time.
+        anchor = max(0, round((choice.anchor_s - s.t0_s) / s.step_s))
+        if choice.candidate.label != "last-value" and not on_trial_still_winning(s.values, f, h, anchor):
+            return forecast_from_kernel(s.values, k.lv().run(s.values, h), h, horizon_s, "auto:last-value",
+                                        f"{choice.candidate.label} stopped: it lost to last-value since its re-check")
         return forecast_from_kernel(s.values, f, h, horizon_s, f"auto:{choice.candidate.label}")
+
+
+def on_trial_still_winning(y: np.ndarray, f: np.ndarray, h: int, anchor: int) -> bool:
+    """Whether the choice made at ``anchor`` has not lost to last-value since (``gate.in_force``'s rule)."""
+    n = len(y)
+    if n - 1 <= anchor:
+        return True
+    d = np.abs(y[h:] - y[: n - h]) - np.abs(y[h:] - f[: n - h]) if n > h else np.zeros(0)
+    return bool(in_force(d, y, f, anchor, n, h)[-1])
 
 
 class Auto:
     name = "auto"
 
-    def __init__(self, recheck_steps: int = 60, window: int = 288, max_points: int = 20_160,
-                 margin: float = 0.02) -> None:
+    def __init__(self, recheck_steps: int = 60, max_points: int = 20_160, **gate: float) -> None:
+        """``gate``: overrides of :class:`Gate`'s constants (``alpha=0.01`` ...); an unknown name is a TypeError."""
         self.recheck_steps = max(1, int(recheck_steps))
-        self.window = int(window)
         self.max_points = int(max_points)
-        self.margin = float(margin)
+        known = {f.name: type(getattr(GATE, f.name)) for f in dataclasses.fields(Gate)}
+        unknown = sorted(set(gate) - set(known))
+        if unknown:
+            raise TypeError(f"auto: unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        self.gate = dataclasses.replace(GATE, **{name: known[name](v) for name, v in gate.items()})
         self._memo: BoundedMemo[Choice] = BoundedMemo(16)
 
     def fit(self, times_s: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray) -> AutoFitted:
@@ -129,6 +134,10 @@ class Auto:
     def choice(self, s: Series, h: int) -> Choice:
         a = anchor_index(s, self.recheck_steps)
         y = s.values[: a + 1]
-        return self._memo.get_or_make(memo_key(s, a, "auto", h),
-                                      lambda: choose(y, h, candidates(Series(s.t0_s, s.step_s, y), h),
-                                                     self.window, self.margin))
+        young = Series(s.t0_s, s.step_s, y)
+
+        def make() -> Choice:
+            points = past_anchors(young, a, self.recheck_steps, self.gate.replay)
+            return choose(y, h, candidates(young, h, self.gate.min_origins), points, self.gate, young.time_of(a))
+
+        return self._memo.get_or_make(memo_key(s, a, "auto", h), make)

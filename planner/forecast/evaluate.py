@@ -34,6 +34,7 @@ ProgressFactory = Callable[[str, int], Callable[[], None]]
 @dataclass(frozen=True)
 class ModelScore:
     mase: float
+    mae: float  # series units (MASE's numerator)
     smape: float
     pinball_09: float
     pinball_095: float
@@ -118,7 +119,7 @@ def score(y: np.ndarray, pred: dict[str, np.ndarray], lat_s: np.ndarray, labels:
     for label in labels:
         chosen[label] = chosen.get(label, 0) + 1
     return ModelScore(
-        mase=float(err.mean() / lv_mae) if lv_mae > 0 else math.nan,
+        mase=float(err.mean() / lv_mae) if lv_mae > 0 else math.nan, mae=float(err.mean()),
         smape=float(smape.mean()), pinball_09=pinball(y, q9, 0.9), pinball_095=pinball(y, q95, 0.95),
         coverage_09=float(np.mean(y <= q9 + 1e-12)),
         latency_ms_p50=float(np.percentile(ms, 50)), latency_ms_p95=float(np.percentile(ms, 95)),
@@ -133,6 +134,15 @@ def evaluate_series(times_s: np.ndarray, values: np.ndarray, models: list[str], 
     Last-value always runs (it is MASE's denominator) but is reported only when asked for. Steps whose
     target is NaN (no requests, so no mean length) are left out of every score.
     """
+    scores = score_series(times_s, values, {m: make_forecaster(m) for m in models}, step_s, horizon_s, history_s,
+                          warmup_s, stride, label, timer, progress)
+    return {name: sc.as_json() for name, sc in scores.items()}
+
+
+def score_series(times_s: np.ndarray, values: np.ndarray, forecasters: dict[str, Forecaster], step_s: float,
+                 horizon_s: float, history_s: float, warmup_s: float, stride: int, label: str,
+                 timer: Callable[[], float], progress: ProgressFactory | None = None) -> dict[str, ModelScore]:
+    """``evaluate_series`` for forecaster instances (e.g. ``auto`` with non-default options)."""
     o = origins_for(len(values), step_s, horizon_s, history_s, warmup_s, stride)
     targets = target_indices(len(values), o)
     if len(targets) < 5:
@@ -141,19 +151,18 @@ def evaluate_series(times_s: np.ndarray, values: np.ndarray, models: list[str], 
                         mentions=("warmup_s", "horizon_s"))
     y = values[targets]
     keep = np.isfinite(y)  # a step with no requests has no mean ISL/OSL to score against
-    run_models = ["last-value", *[m for m in models if m != "last-value"]]
+    run_models = {"last-value": forecasters.get("last-value") or make_forecaster("last-value"), **forecasters}
     results = {}
-    for name in run_models:
+    for name, forecaster in run_models.items():
         advance = progress(f"{label} {name}", len(targets)) if progress is not None else None
-        results[name] = forecasts_at_origins(times_s, values, make_forecaster(name), horizon_s, o, timer, advance)
+        results[name] = forecasts_at_origins(times_s, values, forecaster, horizon_s, o, timer, advance)
     lv_pred = results["last-value"][1]["mean"]
     lv_mae = float(np.mean(np.abs(y[keep] - np.nan_to_num(lv_pred[keep]))))
     out = {}
     for name in run_models:
-        if name not in models:
+        if name not in forecasters:
             continue
         lat, pred, labels = results[name]
         sub = {k: v[keep] for k, v in pred.items()}
-        out[name] = score(y[keep], sub, lat, [lab for lab, ok in zip(labels, keep, strict=True) if ok],
-                          lv_mae).as_json()
+        out[name] = score(y[keep], sub, lat, [lab for lab, ok in zip(labels, keep, strict=True) if ok], lv_mae)
     return out

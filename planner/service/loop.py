@@ -40,7 +40,14 @@ from planner.clock import Clock
 from planner.service.decisions import DecisionLog, tick_record
 from planner.service.monitor import MissingSignalMonitor
 from planner.service.seed import ready_replicas, seeded_state
-from planner.telemetry import PlannerMetrics, record_decision, record_error, record_observation, record_tick
+from planner.telemetry import (
+    PlannerMetrics,
+    record_decision,
+    record_error,
+    record_observation,
+    record_sla,
+    record_tick,
+)
 from planner.types import (
     Actuator,
     Applied,
@@ -102,6 +109,9 @@ class ControlLoop:
         self._said_unseedable = False
         self.last: TickResult | None = None
         self.profile: object | None = None  # the policy's profile, for what-ifs (POST /v1/plan); set by the runner
+        sla = getattr(policy, "sla", None)
+        if sla is not None:
+            record_sla(metrics, self.name, sla.ttft_ms, sla.itl_ms, sla.percentile)
 
     # ------------------------------------------------------------------------------------------ one tick
     def tick(self) -> TickResult:

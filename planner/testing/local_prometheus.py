@@ -48,7 +48,8 @@ class Target:
 
 class LocalPrometheus:
     def __init__(self, targets: list[Target], *, scrape_interval_s: float = 1.0, binary: str | None = None,
-                 workdir: Path | None = None, port: int | None = None, file_sd: list[Path] | None = None) -> None:
+                 workdir: Path | None = None, port: int | None = None, file_sd: list[Path] | None = None,
+                 rule_files: list[Path] | None = None) -> None:
         found = binary or prometheus_binary()
         if found is None:
             raise FileNotFoundError("prometheus binary not found (apt-get install -y prometheus, or set "
@@ -60,6 +61,7 @@ class LocalPrometheus:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="planner-prom-"))
         self.port = port or free_port()
         self.file_sd = list(file_sd or [])  # file_sd JSON files (job "file-sd"), e.g. the process actuator's
+        self.rule_files = list(rule_files or [])  # evaluated every scrape interval (alerts: GET /api/v1/alerts)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -75,10 +77,13 @@ class LocalPrometheus:
         if self.file_sd:
             jobs.append({"job_name": "file-sd",
                          "file_sd_configs": [{"files": [str(p) for p in self.file_sd], "refresh_interval": "1s"}]})
-        return {
+        config: dict = {
             "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
             "scrape_configs": jobs,
         }
+        if self.rule_files:
+            config["rule_files"] = [str(p) for p in self.rule_files]
+        return config
 
     def start(self, timeout_s: float = 30.0) -> LocalPrometheus:
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,5 @@
+import sys
+
+from planner.dashboards import main
+
+sys.exit(main())
