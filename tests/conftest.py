@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from planner.testing.vllm_server import VllmServer
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# The shared/ folder beside the checkout; PLANNER_SHARED_DIR points elsewhere (a worktree whose parent lacks it).
+SHARED = Path(os.environ.get("PLANNER_SHARED_DIR") or REPO.parent / "shared")
 
 
 @pytest.fixture(scope="session")

@@ -158,6 +158,49 @@ def bench_endpoint(
     endpoint.run(Console(), profile, streams, context, decode_tokens, time_scale)
 
 
+def bench_fidelity(
+    trace: Annotated[Path | None, typer.Option(help="trace (default: shared Azure conv)")] = None,
+    start_s: Annotated[float, typer.Option("--start-s", help="where in the trace the slice begins (s)")] = 600.0,
+    duration_s: Annotated[float, typer.Option("--duration-s", help="replay length (s)")] = 180.0,
+    rate: Annotated[float, typer.Option(help="mean request rate of the replay (req/s)")] = 1.0,
+    max_isl: Annotated[int, typer.Option("--max-isl", help="prompts cut to this many tokens")] = 2048,
+    max_osl: Annotated[int, typer.Option("--max-osl", help="outputs cut to this many tokens")] = 256,
+    modes: Annotated[str, typer.Option(help="comma-separated: aggregated, disaggregated")] = "aggregated,disaggregated",
+    out: Annotated[Path, typer.Option(help="JSON results")] = Path("fidelity.json"),
+    iters: Annotated[int, typer.Option(help="timed runs per profile point")] = 4,
+    decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="tokens per stream in a decode "
+                                               "profile point's window")] = 96,
+) -> None:
+    """Real vLLM (CPU build, tiny model) vs the simulator on the same trace slice: TTFT/ITL p50/p95."""
+    from planner.bench import fidelity
+    from planner.bench.fidelity_load import SliceSpec
+    from planner.bench.sim import DEFAULT_TRACE
+    from planner.commands.progress import phase_progress
+
+    chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
+    bad = [m for m in chosen if m not in fidelity.MODES]
+    if bad or not chosen:
+        raise UserError(f"--modes {modes!r}: allowed a comma-separated list of {', '.join(fidelity.MODES)}")
+    if iters < 1:
+        raise UserError(f"--iters: {iters} must be >= 1")
+    if decode_tokens < 4:
+        raise UserError(f"--decode-tokens: {decode_tokens} must be >= 4")
+    path = trace or DEFAULT_TRACE
+    if not path.exists():
+        raise UserError(f"{path}: trace not found (pass --trace)")
+    spec = SliceSpec(path, start_s, duration_s, rate, max_isl, max_osl)
+    options = fidelity.FidelityOptions(spec, chosen, out, iters=iters, decode_tokens=decode_tokens)
+    console = Console()
+    with phase_progress(console) as progress:
+        results = fidelity.run(console, options, progress)
+    console.print(fidelity.table(results))
+    console.print(f"trade-off (ITL p95 down, TTFT p50 up with disaggregation): {fidelity.tradeoff(results)}")
+    for r in results:
+        console.print(f"{r.mode}: {r.failed} failed, load average {r.load_avg}, replay {r.wall_s} s, "
+                      f"ready {r.servers_ready_s} s")
+    console.print(f"wrote {out}")
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("profile")(bench_profile)
     bench_app.command("sim")(bench_sim)
@@ -166,3 +209,4 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("observe")(bench_observe)
     bench_app.command("suite")(bench_suite)
     bench_app.command("endpoint")(bench_endpoint)
+    bench_app.command("fidelity")(bench_fidelity)

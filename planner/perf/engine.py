@@ -21,6 +21,10 @@ class EngineModel:
     prefill: PrefillCurve
     decode: DecodeCurve
     chunk_tokens: int = 8192
+    # Per-request latency outside the engine's iterations: a client-observed TTFT curve (the endpoint backend
+    # times requests over HTTP) holds the API front end's work (parse, hand to the engine, detokenise, SSE)
+    # in every point. It delays a request but does not occupy the engine (vLLM runs it in another process).
+    front_end_s: float = 0.0
 
     def prefill_iteration_s(self, tokens: float) -> float:
         return self.prefill.ttft_ms(max(1.0, tokens)).value / 1e3
@@ -45,6 +49,10 @@ class EngineModel:
             return 0.0
         slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
         return min(ys[0], max(0.0, ys[0] - slope * xs[0])) / 1e3
+
+    def iteration_overhead_s(self) -> float:
+        """The engine's own fixed cost per iteration: the prefill intercept less the front end's share."""
+        return max(0.0, self.prefill_overhead_s() - self.front_end_s)
 
     def prefill_batch_s(self, pieces: Sequence[tuple[float, float]]) -> float:
         """One chunked-prefill iteration over prompt pieces ``(start_token, end_token)``.
@@ -79,3 +87,12 @@ class EngineModel:
     @property
     def max_batch(self) -> int:
         return self.decode.max_batch
+
+
+def client_front_end_s(prefill: PrefillCurve, decode: DecodeCurve) -> float:
+    """The front end's share of a client-observed TTFT curve: its intercept (a prompt of no tokens) less one
+    engine iteration that does almost nothing, a decode step of one sequence at the smallest context (both
+    read the weights once). What is left was spent outside the engine: HTTP, hand-over, streaming."""
+    intercept_s = EngineModel(prefill, decode).prefill_overhead_s()
+    step_s = decode.itl_ms(1, decode.contexts[0]).value / 1e3
+    return max(0.0, intercept_s - step_s)

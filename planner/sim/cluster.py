@@ -18,6 +18,10 @@ Model, in the order a request sees it (disaggregated), and the module that imple
 Aggregated: one pool; a replica piggy-backs up to ``chunk_tokens`` of queued prompt onto each decode step
 (``EngineModel.mixed_step_s``); the step that finishes a prompt emits its first token: :mod:`~planner.sim.aggregated`.
 
+A profile measured over HTTP (the endpoint backend) holds the API front end's latency in its TTFT curve; the
+cluster takes that share out of the engine's iteration times and adds it to each request as a delay, once
+per hop (arrival, and disaggregated the decode request after the KV hand-over): ``SimConfig.front_end_s``.
+
 Replica lifecycle (:mod:`~planner.sim.fleet`): STARTING (billed, ``startup_s``) -> READY -> DRAINING on
 scale-down (no new work, finishes what it holds, billed) -> GONE. With ``kill=True`` scale-down removes
 replicas at once and everything they held counts as failed.
@@ -32,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.perf.engine import EngineModel
+from planner.perf.curves import DecodeCurve, PrefillCurve
+from planner.perf.engine import EngineModel, client_front_end_s
 from planner.perf.kv import gbps_to_bytes_per_s
 from planner.profile import Profile
 from planner.sim.aggregated import AggregatedStage
@@ -46,7 +51,7 @@ from planner.sim.step_timing import StepTiming
 from planner.sim.traces import RequestTrace
 from planner.types import Mode, Pool
 
-__all__ = ["Cluster", "SimConfig"]
+__all__ = ["Cluster", "SimConfig", "front_end_s"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,25 @@ class SimConfig:
     prefill_tp: int | None = None  # None: the profile's selected TP
     decode_tp: int | None = None
     tail_s: float = 1800.0  # after the last arrival, requests still unfinished this much later fail
+    # Per-request latency outside the engine (API front end) per hop; None: the profile's own share
+    # (client_front_end_s of a client-observed profile, 0 for an engine-only one). See :func:`front_end_s`.
+    front_end_s: float | None = None
+    # Disaggregated: the hand-over's latency from the end of prefill to the decode server's first step (the
+    # decode request's front end and the connector's load of the KV; planner bench fidelity measures it), on
+    # top of the link's transfer time. None: the front end's share alone.
+    kv_handoff_s: float | None = None
+
+
+CLIENT_OBSERVED_BACKENDS = ("endpoint", "kubernetes")  # profiles timed over HTTP, the front end included
+
+
+def front_end_s(profile: Profile, config: SimConfig, prefill: PrefillCurve, decode: DecodeCurve) -> float:
+    """The front end's latency per request and hop: given, or a client-observed profile's own share."""
+    if config.front_end_s is not None:
+        return config.front_end_s
+    if profile.provenance.backend in CLIENT_OBSERVED_BACKENDS:
+        return client_front_end_s(prefill, decode)
+    return 0.0
 
 
 class Cluster:
@@ -77,7 +101,10 @@ class Cluster:
         self.next_arrival = 0  # the next trace request to arrive
         kv_capacity_tokens = int(decode_curve.kv_capacity_tokens)
         max_batch = int(decode_curve.max_batch)
-        timing = StepTiming(EngineModel(prefill_curve, decode_curve, config.chunk_tokens))
+        self.front_end_s = front_s = front_end_s(profile, config, prefill_curve, decode_curve)
+        # A request reaches the engine after the front end (its share of TTFT is paid on the way in).
+        self._enter_s = [a + front_s for a in self.log.arrival_s] if front_s else self.log.arrival_s
+        timing = StepTiming(EngineModel(prefill_curve, decode_curve, config.chunk_tokens, front_s))
         self._events = EventQueue()
         self._fleet = fleet = Fleet(self.pools, self.gpus, config.startup_s, config.kill, kv_capacity_tokens,
                                     self._events, self.log)
@@ -89,7 +116,8 @@ class Cluster:
             decode = DecodeStage(self._events, timing, self.log, max_batch, kv_capacity_tokens,
                                  fleet.retire_if_drained)
         link = KvTransfers(self._events, self.log, float(profile.model.kv_bytes_per_token),
-                           float(config.link_bytes_per_s), fleet.route_sequence, fleet.retire_if_drained)
+                           float(config.link_bytes_per_s), fleet.route_sequence, fleet.retire_if_drained,
+                           hop_s=front_s if config.kv_handoff_s is None else config.kv_handoff_s)
         prefill = PrefillStage(self._events, timing, self.log.isl, config.chunk_tokens, link.start,
                                fleet.idle_prefill, fleet.retire_if_drained)
         fleet.attach(prefill.admit, decode.accept)
@@ -104,7 +132,7 @@ class Cluster:
         time)."""
         heap = self._events.heap
         pop = heapq.heappop
-        arrival_s = self.log.arrival_s
+        arrival_s = self._enter_s
         count = self.log.count
         arrive = self._fleet.route_sequence if self.aggregated else self._fleet.route_prompt
         i = self.next_arrival

@@ -4,7 +4,8 @@ A request's KV is ``isl * kv_bytes_per_token`` bytes. Concurrent transfers on on
 (processor sharing): four at once each take about four times as long as one alone. The link keeps the
 bytes each transfer has received so far (``link_served_bytes``); a transfer started when that was ``v``
 completes when it reaches ``v + size``, so only the next completion needs an event, re-planned whenever a
-transfer starts or ends. A completed request enters the decode pool.
+transfer starts or ends. A completed request enters the decode pool (after ``hop_s``: the decode request's
+front end, when the profile holds one).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from planner.sim.request_log import RequestLog
 class KvTransfers:
     def __init__(self, events: EventQueue, log: RequestLog, kv_bytes_per_token: float, link_bytes_per_s: float,
                  route_to_decode: Callable[[int, float], None],
-                 retire_if_drained: Callable[[Replica, float], None]) -> None:
+                 retire_if_drained: Callable[[Replica, float], None], hop_s: float = 0.0) -> None:
         self._heap = events.heap
         self._counter = events.counter
         self._isl = log.isl
@@ -31,6 +32,8 @@ class KvTransfers:
         self._link_bytes_per_s = link_bytes_per_s
         self._route_to_decode = route_to_decode
         self._retire_if_drained = retire_if_drained
+        self._hop_s = hop_s  # the decode request's own front end (a second HTTP request) after the KV is there
+        self._events = events
 
     def start(self, replica: PrefillReplica, requests: list[int], now_s: float) -> None:
         """Transfers of ``requests``' KV start on ``replica``'s link."""
@@ -55,6 +58,13 @@ class KvTransfers:
         at_s = now_s + max(0.0, transfers[0][0] - served) * len(transfers) / self._link_bytes_per_s
         heappush(self._heap, (at_s, next(self._counter), self._on_completion, replica, replica.link_version))
 
+    def _on_hop(self, req: int, _version: int, now_s: float) -> None:
+        """The decode request passed the decode server's front end: it enters the decode pool."""
+        if not self._failed[req]:
+            self._decode_arrival_s.append(now_s)
+            self._decode_arrival_request.append(req)
+            self._route_to_decode(req, now_s)
+
     def _on_completion(self, replica: PrefillReplica, version: int, now_s: float) -> None:
         """Transfers on this link finished: their requests go to decode."""
         if version != replica.link_version:
@@ -65,7 +75,9 @@ class KvTransfers:
         failed, arrival_s, arrival_request = self._failed, self._decode_arrival_s, self._decode_arrival_request
         while transfers and transfers[0][0] <= served + tolerance:
             req = heappop(transfers)[1]
-            if not failed[req]:
+            if self._hop_s:
+                self._events.push(now_s + self._hop_s, self._on_hop, req, 0)
+            elif not failed[req]:
                 arrival_s.append(now_s)
                 arrival_request.append(req)
                 self._route_to_decode(req, now_s)

@@ -18,7 +18,10 @@ class StepTiming:
         # batch * 1_000_000 + context bucket -> step seconds (DecodeStage._plan_next_completion reads it directly)
         self.decode_cache: dict[int, float] = {}
         self._prefill_cache: dict[int, float] = {}
-        self.overhead_s = engine.prefill_overhead_s()  # a prefill iteration's fixed cost, paid once per iteration
+        # The front end's share of the curve (EngineModel.front_end_s) is a delay outside the engine: the
+        # cluster adds it to each request, and the engine's iterations are timed without it.
+        self.front_end_s = engine.front_end_s
+        self.overhead_s = engine.iteration_overhead_s()  # a prefill iteration's fixed cost, paid once per iteration
 
     def decode_step_s(self, batch: int, mean_context_tokens: float) -> float:
         key = batch * 1_000_000 + int(mean_context_tokens) // CONTEXT_QUANTUM_TOKENS
@@ -29,10 +32,12 @@ class StepTiming:
         return step_s
 
     def prefill_s(self, tokens: int) -> float:
-        """The prefill curve at ``tokens``: one whole prompt of that length alone in an iteration."""
+        """The prefill curve at ``tokens``, less the front end: one whole prompt of that length alone in an
+        iteration."""
         prefill_s = self._prefill_cache.get(tokens)
         if prefill_s is None:
-            prefill_s = self._prefill_cache[tokens] = self.engine.prefill_batch_s([(0, tokens)])
+            prefill_s = self._prefill_cache[tokens] = max(
+                self.overhead_s, self.engine.prefill_batch_s([(0, tokens)]) - self.front_end_s)
         return prefill_s
 
     def piece_s(self, start_tokens: int, tokens: int) -> float:

@@ -1,0 +1,171 @@
+"""The fidelity check's workload: a slice of a public trace that a tiny CPU model can carry, and its replay
+against a live OpenAI-compatible server (a vLLM server, or the router in front of a prefill/decode pair).
+
+The slice keeps the trace's order, lengths and burstiness: consecutive requests from ``start_s`` on, their
+arrival gaps scaled so the mean rate is ``rate_rps``, prompts cut to ``max_isl`` and outputs to ``max_osl``
+(the tiny model's context is 4,096 tokens). Every prompt is a fresh list of random token ids, so no request
+hits the prefix cache (or, disaggregated, another request's KV files).
+
+Each request is measured the way the simulator defines its figures (planner/sim/request_log.py): TTFT = first
+token received - request sent (the client's clock, so the API front end is inside it); ITL = the request's
+mean gap, (last token - first token) / (output tokens - 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import UserError
+from planner.profiler.loadgen import (
+    CONTINUOUS_USAGE,
+    OPTIONAL_BODY,
+    RequestShape,
+    StreamResult,
+    make_client,
+    stream_completion,
+)
+from planner.profiler.prompts import token_id_range
+from planner.sim.traces import RequestTrace, load_requests
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    trace: Path
+    start_s: float = 0.0  # offset into the trace where the slice begins
+    duration_s: float = 180.0  # of the replay, after rescaling
+    rate_rps: float = 1.0
+    max_isl: int = 2048
+    max_osl: int = 256
+    fmt: str = "azure"
+
+
+def trace_slice(spec: SliceSpec) -> RequestTrace:
+    """``rate_rps * duration_s`` consecutive requests from ``start_s``, rescaled to that mean rate, cut to fit."""
+    for key, value in (("duration_s", spec.duration_s), ("rate_rps", spec.rate_rps)):
+        if not value > 0:
+            raise UserError(f"{key}: {value!r} must be > 0", key=key)
+    if spec.max_isl < 1 or spec.max_osl < 2:
+        raise UserError(f"max_isl {spec.max_isl} / max_osl {spec.max_osl}: need >= 1 and >= 2", key="max_osl")
+    full = load_requests(spec.trace, spec.fmt)
+    count = max(2, round(spec.rate_rps * spec.duration_s))
+    lo = int(np.searchsorted(full.arrival_s, spec.start_s, side="left"))
+    if lo + count > len(full):
+        raise UserError(f"{spec.trace}: {len(full) - lo} requests after start {spec.start_s:g}s, the slice needs "
+                        f"{count} (rate x duration)", key="start_s")
+    arrival = full.arrival_s[lo:lo + count] - full.arrival_s[lo]
+    span = float(arrival[-1]) or 1.0
+    arrival = arrival * (spec.duration_s * (count - 1) / count) / span  # mean gap 1 / rate_rps
+    isl = np.clip(full.isl[lo:lo + count], 1, spec.max_isl)
+    osl = np.clip(full.osl[lo:lo + count], 2, spec.max_osl)
+    note = (f"{count} requests from {spec.start_s:g}s, gaps scaled x{spec.duration_s * (count - 1) / count / span:.3g} "
+            f"to {spec.rate_rps:g} req/s; isl <= {spec.max_isl}, 2 <= osl <= {spec.max_osl}")
+    return RequestTrace(arrival, isl.astype(np.int64), osl.astype(np.int64), str(spec.trace), note)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Per request, in trace order: client TTFT and mean ITL in seconds (NaN where it failed), and errors."""
+
+    ttft_s: np.ndarray
+    itl_mean_s: np.ndarray
+    failed: np.ndarray
+    errors: list[str]
+    wall_s: float
+
+    def summary(self) -> dict[str, float]:
+        return percentiles(self.ttft_s, self.itl_mean_s)
+
+
+def percentiles(ttft_s: np.ndarray, itl_mean_s: np.ndarray) -> dict[str, float]:
+    """TTFT and per-request mean ITL p50/p95 in ms over the requests that finished."""
+    out: dict[str, float] = {}
+    for name, values in (("ttft", ttft_s), ("itl", itl_mean_s)):
+        ok = values[np.isfinite(values)] * 1e3
+        for q in (50, 95):
+            out[f"{name}_p{q}_ms"] = round(float(np.percentile(ok, q)), 2) if len(ok) else float("nan")
+    return out
+
+
+def replay_trace(url: str, trace: RequestTrace, model: str = "tiny", vocab: int = 4096, seed: int = 0,
+                 on_done: Callable[[int], None] | None = None) -> Measured:
+    """Send every request of ``trace`` at its arrival time (from now) and measure it; blocks until all end."""
+    return asyncio.run(_replay(url, trace, model, vocab, seed, on_done))
+
+
+async def _replay(url: str, trace: RequestTrace, model: str, vocab: int, seed: int,
+                  on_done: Callable[[int], None] | None) -> Measured:
+    shape = RequestShape(model, CONTINUOUS_USAGE, OPTIONAL_BODY)
+    rng = random.Random(seed)
+    low, high = token_id_range(vocab)
+    prompts = [[rng.randrange(low, high) for _ in range(int(n))] for n in trace.isl]
+    results = [StreamResult(0.0) for _ in prompts]
+    done = 0
+
+    async def one(i: int, at_s: float) -> None:
+        nonlocal done
+        delay = at_s - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        try:
+            await stream_completion(client, shape, prompts[i], int(trace.osl[i]), results[i])
+        except Exception as exc:  # noqa: BLE001 - a lost connection is one failed request, said in errors
+            results[i].error = f"{type(exc).__name__}: {exc}"
+        done += 1
+        if on_done is not None:
+            on_done(done)
+
+    async with make_client(url, len(prompts), 600.0) as client:
+        start = time.perf_counter() + 0.5
+        await asyncio.gather(*(one(i, start + float(a)) for i, a in enumerate(trace.arrival_s)))
+        wall_s = time.perf_counter() - start
+    return _measured(results, trace, wall_s)
+
+
+def _measured(results: list[StreamResult], trace: RequestTrace, wall_s: float) -> Measured:
+    n = len(results)
+    ttft, itl, failed = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=bool)
+    errors: list[str] = []
+    for i, r in enumerate(results):
+        got = r.tokens[-1] if r.tokens else 0
+        if not r.ok or got != int(trace.osl[i]):
+            failed[i] = True
+            errors.append(f"request {i}: {r.error or f'HTTP {r.status}'}; {got} of {int(trace.osl[i])} tokens")
+            continue
+        ttft[i] = r.ttft_s
+        itl[i] = (r.events_s[-1] - r.events_s[0]) / (got - 1)
+    return Measured(ttft, itl, failed, errors, wall_s)
+
+
+def measure_handoff(router_url: str, prefill_url: str, isls: tuple[int, ...] = (512, 1536), reps: int = 8,
+                    model: str = "tiny", vocab: int = 4096, seed: int = 1) -> float:
+    """The disaggregated hand-over's own latency, alone: TTFT through the router (prefill server, then the decode
+    server loading the KV) less TTFT from the prefill server directly, medians at each prompt length, averaged.
+    It holds the decode request's front end, the connector's load of the KV and the decode server's first step."""
+    return asyncio.run(_handoff(router_url, prefill_url, isls, reps, model, vocab, seed))
+
+
+async def _handoff(router_url: str, prefill_url: str, isls: tuple[int, ...], reps: int, model: str, vocab: int,
+                   seed: int) -> float:
+    shape = RequestShape(model, CONTINUOUS_USAGE, OPTIONAL_BODY)
+    rng = random.Random(seed)
+    low, high = token_id_range(vocab)
+    gaps = []
+    async with make_client(router_url, 2, 120.0) as via_router, make_client(prefill_url, 2, 120.0) as direct:
+        for isl in isls:
+            times: dict[str, list[float]] = {"router": [], "direct": []}
+            for _ in range(reps):
+                for name, client in (("router", via_router), ("direct", direct)):
+                    prompt = [rng.randrange(low, high) for _ in range(isl)]  # fresh: no prefix-cache hit
+                    r = await stream_completion(client, shape, prompt, 2)
+                    if not r.ok:
+                        raise UserError(f"hand-over probe via {name}: {r.error or r.status}", key="url")
+                    times[name].append(r.ttft_s)
+            gaps.append(float(np.median(times["router"]) - np.median(times["direct"])))
+    return max(0.0, float(np.mean(gaps)))

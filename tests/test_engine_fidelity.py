@@ -1,0 +1,51 @@
+"""The simulator held to a real engine (`planner bench fidelity`, short form): a slice of the Azure conv trace
+replayed against vLLM's CPU build with the tiny model, and simulated with a profile the endpoint backend
+measured from that same server. The full form (both modes, 3 minutes of trace) is in docs/fidelity.md.
+
+Short form: aggregated only (a disaggregated pair alone takes ~100 s to start), 60 s of trace, a coarser
+profile (3 timed runs a point). Tolerances (docs/fidelity.md, "The test"): the issue's 25 % for both p50s; ITL p95 within 60 % (the
+p95 of 60 requests is three requests' mean ITL); TTFT p95 one-sided: the simulator may not exceed the measured
+tail by more than 40 %, but may fall short of it, because on a shared 2-core machine the measured tail is the
+API front end starved of CPU by other jobs (client TTFT mean 229 ms against vLLM's own 62 ms at load
+average 12), which the simulator does not model.
+
+The bounds are asserted only when the machine was not shared: with the 1-minute load average above 1.5 per
+core before or after the replay, the profile and the replay measure the other jobs (decode points of 0.1 ms,
+prefill 2x faster in the profile than during the replay minutes later, docs/fidelity.md), and the test
+skips with the figures it got; the harness itself (no request failed, the JSON) is checked either way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from planner.bench import fidelity
+from planner.bench.fidelity_load import SliceSpec
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+QUIET_LOAD_PER_CORE = 1.5
+# (lowest, highest) allowed sim / vLLM ratio per figure
+SHORT_FORM_BOUNDS = {"ttft_p50_ms": (0.75, 1.25), "ttft_p95_ms": (0.0, 1.40), "itl_p50_ms": (0.75, 1.25),
+                     "itl_p95_ms": (0.40, 1.60)}
+
+
+def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared: Path, tmp_path: Path) -> None:
+    trace = shared / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+    out = tmp_path / "fidelity.json"
+    options = fidelity.FidelityOptions(SliceSpec(trace, start_s=600.0, duration_s=60.0, rate_rps=1.0),
+                                       modes=("aggregated",), out=out, isl_grid=(16, 512, 2048),
+                                       batch_grid=(1, 4, 16), context_grid=(256, 1024), iters=3)
+    (result,) = fidelity.run_with(vllm_engine.python, vllm_engine.model_dir, options, lambda *a: None)
+    assert result.failed == 0, result.notes
+    written = json.loads(out.read_text())
+    assert written["modes"][0]["real"] == result.real and written["slice"]["requests"] == 60
+    ratios = result.ratios()
+    quiet = QUIET_LOAD_PER_CORE * (os.cpu_count() or 1)
+    if max(result.load_avg) > quiet:
+        pytest.skip(f"machine shared: load average {result.load_avg} above {quiet:g}; sim/vLLM {ratios}")
+    off = {m: ratios[m] for m, (lo, hi) in SHORT_FORM_BOUNDS.items() if not lo <= ratios[m] <= hi}
+    assert not off, f"sim/vLLM outside tolerance: {off}; real {result.real}, sim {result.sim}, load {result.load_avg}"

@@ -1,0 +1,108 @@
+"""A client-observed profile (the endpoint backend times requests over HTTP) holds the API front end's latency
+in its TTFT curve. The simulator takes that share out of the engine's iterations and adds it per request and
+hop as a delay that occupies no engine; an engine-only profile is simulated as before. Checked against the
+facts it models: a lone request reproduces the measured curve, simultaneous requests do not queue behind one
+another's front end, a mixed step pays one fixed cost, and disaggregated requests pay the front end twice."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.perf.curves import DecodeCurve, PrefillCurve
+from planner.perf.engine import EngineModel, client_front_end_s
+from planner.profile import Profile, load_profile
+from planner.sim.cluster import Cluster, SimConfig
+from planner.sim.traces import RequestTrace
+from planner.types import Mode
+
+REPO = Path(__file__).resolve().parent.parent
+
+INTERCEPT_MS, SLOPE_MS_PER_TOKEN, STEP_MS = 40.0, 0.05, 10.0  # a CPU server's shape: TTFT(0) = 4 decode steps
+FAST_LINK = 1e18
+
+
+def _curves() -> tuple[PrefillCurve, DecodeCurve]:
+    prefill = PrefillCurve.from_points([(n, INTERCEPT_MS + SLOPE_MS_PER_TOKEN * n) for n in (16, 512, 2048)], 1)
+    decode = DecodeCurve.from_points([(b, c, STEP_MS) for b in (1, 16) for c in (256, 2048)], 1, 65536, 16)
+    return prefill, decode
+
+
+@pytest.fixture(scope="module")
+def client_profile() -> Profile:
+    """The shipped small profile with the curves above, as if the endpoint backend had measured them."""
+    base = load_profile(REPO / "profiles/h200/qwen3-0.6b.json")
+    tp = base.selected_tp("prefill")
+    pre = base.prefill[[s.tp for s in base.prefill].index(tp)]
+    dec = base.decode[[s.tp for s in base.decode].index(base.selected_tp("decode"))]
+    points = [p.model_copy(update={"isl": n, "ttft_ms": INTERCEPT_MS + SLOPE_MS_PER_TOKEN * n})
+              for n, p in zip((16, 512, 2048), [pre.points[0]] * 3, strict=True)]
+    dpoints = [dec.points[0].model_copy(update={"batch": b, "context_tokens": c, "itl_ms": STEP_MS})
+               for b in (1, 16) for c in (256, 2048)]
+    return base.model_copy(update={
+        "prefill": [pre.model_copy(update={"tp": tp, "points": points})],
+        "decode": [dec.model_copy(update={"tp": base.selected_tp("decode"), "points": dpoints, "max_batch": 16,
+                                          "kv_capacity_tokens": 65536})],
+        "provenance": base.provenance.model_copy(update={"backend": "endpoint"})})
+
+
+def _run(profile: Profile, mode: Mode, arrivals: list[float], isl: int, osl: int, **cfg: float) -> dict:
+    trace = RequestTrace(np.asarray(arrivals, dtype=float), np.full(len(arrivals), isl, dtype=np.int64),
+                         np.full(len(arrivals), osl, dtype=np.int64), "test")
+    c = Cluster(trace, profile, SimConfig(mode=mode, chunk_tokens=2048, link_bytes_per_s=FAST_LINK, **cfg),
+                {p: 1 for p in mode.pools})
+    c.run_until(math.inf)
+    return c.results()
+
+
+def test_front_end_share_is_the_intercept_less_one_step() -> None:
+    prefill, decode = _curves()
+    assert client_front_end_s(prefill, decode) == pytest.approx((INTERCEPT_MS - STEP_MS) / 1e3)
+    engine = EngineModel(prefill, decode, front_end_s=client_front_end_s(prefill, decode))
+    assert engine.iteration_overhead_s() == pytest.approx(STEP_MS / 1e3)
+    # A curve whose intercept is below one decode step (an engine-only profile) has no front end share.
+    quick = PrefillCurve.from_points([(16, 5.0), (512, 30.0)], 1)
+    assert client_front_end_s(quick, decode) == 0.0
+
+
+@pytest.mark.parametrize("isl", [100, 1500], ids=["short", "long"])
+def test_a_lone_request_reproduces_the_measured_curve(client_profile: Profile, isl: int) -> None:
+    r = _run(client_profile, Mode.AGGREGATED, [0.0], isl, 2)
+    assert r["ttft_s"][0] == pytest.approx((INTERCEPT_MS + SLOPE_MS_PER_TOKEN * isl) / 1e3, rel=1e-6)
+
+
+def test_simultaneous_requests_do_not_queue_behind_the_front_end(client_profile: Profile) -> None:
+    """Four 400-token prompts at once: the first starts alone (continuous batching), the other three share the
+    next step. Each sees the front end once, beside the engine, not one after another."""
+    front_s, step_s, per_token_s = (INTERCEPT_MS - STEP_MS) / 1e3, STEP_MS / 1e3, SLOPE_MS_PER_TOKEN / 1e3
+    r = _run(client_profile, Mode.AGGREGATED, [0.0] * 4, 400, 2)
+    first = front_s + step_s + 400 * per_token_s
+    assert r["ttft_s"] == pytest.approx([first] + [first + step_s + 3 * 400 * per_token_s] * 3, rel=1e-6)
+    # The engine-only reading of the same profile charges the whole intercept to every iteration.
+    r0 = _run(client_profile, Mode.AGGREGATED, [0.0] * 4, 400, 2, front_end_s=0.0)
+    first0 = INTERCEPT_MS / 1e3 + 400 * per_token_s
+    assert r0["ttft_s"] == pytest.approx([first0] + [first0 + INTERCEPT_MS / 1e3 + 1200 * per_token_s] * 3)
+
+
+def test_a_mixed_step_pays_one_fixed_cost(client_profile: Profile) -> None:
+    """A prompt arriving while another decodes: the step holding it costs the decode step plus the prompt's
+    marginal time, so the decoding request's gap then is STEP + 500 x slope, not STEP + intercept + that."""
+    r = _run(client_profile, Mode.AGGREGATED, [0.0, 0.2], 500, 100)
+    gap_ms = r["itl_max_s"][0] * 1e3
+    assert gap_ms == pytest.approx(STEP_MS + 500 * SLOPE_MS_PER_TOKEN, rel=1e-6)
+
+
+def test_disaggregated_requests_pay_the_front_end_on_both_hops(client_profile: Profile) -> None:
+    front_s = (INTERCEPT_MS - STEP_MS) / 1e3
+    r = _run(client_profile, Mode.DISAGGREGATED, [0.0], 1000, 2)
+    prefill_s = (INTERCEPT_MS + SLOPE_MS_PER_TOKEN * 1000) / 1e3  # hop 1: the curve, front end included
+    assert r["ttft_s"][0] == pytest.approx(prefill_s + front_s + STEP_MS / 1e3, rel=1e-6)
+
+
+def test_a_measured_hand_over_replaces_the_decode_front_end(client_profile: Profile) -> None:
+    r = _run(client_profile, Mode.DISAGGREGATED, [0.0], 1000, 2, kv_handoff_s=0.07)
+    prefill_s = (INTERCEPT_MS + SLOPE_MS_PER_TOKEN * 1000) / 1e3
+    assert r["ttft_s"][0] == pytest.approx(prefill_s + 0.07 + STEP_MS / 1e3, rel=1e-6)
