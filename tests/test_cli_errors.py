@@ -147,6 +147,8 @@ OUT_ARGS = {
     ("demo",): [],
     ("forecast", "eval"): ["--series", "s.csv"],
     ("bench", "forecast"): ["--held-out"],
+    ("bench", "suite"): ["--quick"],
+    ("bench", "fidelity"): ["--modes", "aggregated"],
 }
 
 

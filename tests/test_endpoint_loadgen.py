@@ -160,5 +160,7 @@ def test_a_batch_the_server_queues_is_closed_early() -> None:
     finished = [r for r in results if not r.closed_early]
     assert len(finished) >= 1 and all(r.tokens[-1] == 30 for r in finished)
     closed = [r for r in results if r.closed_early]
-    assert closed and all(r.tokens[-1:] != [30] for r in closed)  # the queued ones: closed, not waited for
+    # The queued ones: closed, not waited for. (A running stream closed with them may already hold its last
+    # token and wait only for the closing chunk, so not every closed one is short.)
+    assert closed and any(r.tokens[-1:] != [30] for r in closed)
     assert steady_window(results, [20] * 4) is None
