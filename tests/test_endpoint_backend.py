@@ -167,10 +167,11 @@ def test_points_the_server_cannot_do_are_skipped_and_noted() -> None:
         server.stop()
     assert [p.isl for p in profile.prefill[0].points] == [64]
     decode = sorted((p.batch, p.context_tokens) for p in profile.decode[0].points)
-    # A point is recorded at the mean context it was measured at when that differs (notes say so): with 4
-    # streams prefilling one after another the window can open at ~71 tokens.
-    assert [b for b, _ in decode] == [1, 4] and all(64 <= c <= 80 for _, c in decode), decode
     notes = profile.provenance.notes
+    # A point is recorded at the mean context it was measured at when that differs (notes say so). At this
+    # emulator's 0.4 ms ITL a loaded client may see batch 4 as queued: then it is skipped, and said so.
+    assert decode[0] == (1, 64) and all(64 <= c <= 80 for _, c in decode), decode
+    assert [b for b, _ in decode] == [1, 4] or "skipped decode batch 4 context 64: the server queued" in notes
     assert "skipped prefill isl 150: HTTP 400 This model's maximum context length is exceeded" in notes
     assert "skipped prefill isl 256: above the server's max_model_len 200" in notes
     assert "skipped decode batch 1 context 128: HTTP 400" in notes
