@@ -68,6 +68,10 @@ class PlannerMetrics:
         self.last_decision_reason = Gauge("planner_last_decision_reason", "1 for each reason of the last "
                                           "decision, 0 for the others.", ["policy", "reason"], registry=r)
         self.decisions = Counter("planner_decisions", "Decisions by reason.", ["policy", "reason"], registry=r)
+        self._define_health(r, pp)
+
+    def _define_health(self, r: CollectorRegistry, pp: list[str]) -> None:
+        """The controller's own health: signals, ticks, errors, leadership, engines, the SLA, conflicts."""
         self.signal_seconds_since_good = Gauge("planner_signal_seconds_since_good", "Seconds since the "
                                                "signal was last good.", ["policy", "signal"], registry=r)
         self.signal_missing = Gauge("planner_signal_missing", "1 while a needed signal has been absent or "

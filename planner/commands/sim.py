@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from planner.sim.traces import RequestTrace
 
 
+DYNAMO_PREDICTOR_HELP = "dynamo-throughput's load predictor: constant | arima | kalman (Dynamo's own default is arima)"
+WARMUP_HELP = ("run the N s of trace before --start-s unscored first, so every policy enters the scored window from "
+               "its own state and history")
+FRONTIER_HELP = ("also sweep each policy's headroom knob (planner: forecast quantile; dynamo-throughput: "
+                 "utilization; dynamo-load: SLA scale; static: x offline peak; reactive: x thresholds); writes "
+                 "frontier.json and frontier.png")
+
+
 def backtest_cmd(
     trace: Annotated[Path, typer.Option(help="trace file")],
     profile: Annotated[Path, typer.Option(help="profile JSON")],
@@ -53,16 +61,9 @@ def backtest_cmd(
     offline_simulations: Annotated[int, typer.Option("--offline-simulations", help="full simulations the "
                                                      "offline schedule's search may spend")] = 24,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip PNG plots")] = False,
-    dynamo_predictor: Annotated[str, typer.Option("--dynamo-predictor",
-                                                  help="dynamo-throughput's load predictor: constant | "
-                                                  "arima | kalman (Dynamo's own default is arima)")] = "constant",
-    warmup_s: Annotated[float, typer.Option("--warmup-s", help="run the N s of trace before --start-s "
-                                            "unscored first, so every policy enters the scored window "
-                                            "from its own state and history")] = 0.0,
-    frontier: Annotated[bool, typer.Option("--frontier", help="also sweep each policy's headroom knob (planner: "
-                                           "forecast quantile; dynamo-throughput: utilization; dynamo-load: SLA "
-                                           "scale; static: x offline peak; reactive: x thresholds); writes "
-                                           "frontier.json and frontier.png")] = False,
+    dynamo_predictor: Annotated[str, typer.Option("--dynamo-predictor", help=DYNAMO_PREDICTOR_HELP)] = "constant",
+    warmup_s: Annotated[float, typer.Option("--warmup-s", help=WARMUP_HELP)] = 0.0,
+    frontier: Annotated[bool, typer.Option("--frontier", help=FRONTIER_HELP)] = False,
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
     from planner.profile import load_profile
@@ -70,8 +71,28 @@ def backtest_cmd(
     from planner.sim.traces import load_requests
 
     console = Console()
-    pol = _policy(policy, quantile)
-    prof = load_profile(profile)
+    pol, prof = _policy(policy, quantile), load_profile(profile)
+    _check_search(console, workers, offline_simulations, oracle_interval_s)
+    start_s, duration_s = _with_warmup(warmup_s, start_s, duration_s)
+    tr = load_requests(trace, format, columns=parse_columns(columns), rate_scale=rate_scale,
+                       scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s)
+    _describe(console, tr, warmup_s)
+    t0 = time.perf_counter()
+    with phase_progress(console) as progress:
+        result = run_backtest(tr, prof, pol, baselines=[b.strip() for b in baselines.split(",") if b.strip()],
+                              startup_s=startup_s, kill=kill, seed=seed, forecaster=forecaster,
+                              offline_simulations=offline_simulations,
+                              workers=min(2, os.cpu_count() or 1) if workers is None else workers,
+                              progress=progress, dynamo_predictor=dynamo_predictor, warmup_s=warmup_s,
+                              trace_meta={"format": format, "rate_scale": rate_scale, "scale_mode": scale_mode,
+                                          "seed": seed})
+    front = _frontier(console, result, forecaster, workers) if frontier else None
+    result.report["timings_s"]["total"] = round(time.perf_counter() - t0, 2)
+    _render(console, result, out, no_plots, front)
+
+
+def _check_search(console: Console, workers: int | None, offline_simulations: int,
+                  oracle_interval_s: float | None) -> None:
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be >= 1")
     if offline_simulations < 0:
@@ -79,22 +100,6 @@ def backtest_cmd(
     if oracle_interval_s is not None:
         console.print("note: --oracle-interval-s is ignored: the offline schedule (every report's reference) "
                       "replaced the per-interval oracle")
-    start_s, duration_s = _with_warmup(warmup_s, start_s, duration_s)
-    tr = load_requests(trace, format, columns=parse_columns(columns), rate_scale=rate_scale,
-                       scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s)
-    _describe(console, tr, warmup_s)
-    base = [b.strip() for b in baselines.split(",") if b.strip()]
-    meta = {"format": format, "rate_scale": rate_scale, "scale_mode": scale_mode, "seed": seed}
-    t0 = time.perf_counter()
-    with phase_progress(console) as progress:
-        result = run_backtest(tr, prof, pol, baselines=base, startup_s=startup_s, kill=kill, seed=seed,
-                              forecaster=forecaster, offline_simulations=offline_simulations,
-                              workers=min(2, os.cpu_count() or 1) if workers is None else workers,
-                              progress=progress, dynamo_predictor=dynamo_predictor, warmup_s=warmup_s,
-                              trace_meta=meta)
-    front = _frontier(console, result, forecaster, workers) if frontier else None
-    result.report["timings_s"]["total"] = round(time.perf_counter() - t0, 2)
-    _render(console, result, out, no_plots, front)
 
 
 def register(app: typer.Typer) -> None:
