@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-import yaml
+import test_sim_backtest
 
 from planner.cli import run
 from planner.config import load_policy
@@ -20,17 +20,8 @@ from planner.sim.traces import sinusoid
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"
+policy_file = test_sim_backtest.policy_file  # the example policy on this profile, shared with the backtest tests
 SWEPT = ("planner", "dynamo-throughput", "dynamo-load", "static", "reactive")  # the knobs' order
-
-
-@pytest.fixture(scope="module")
-def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data = yaml.safe_load((REPO / "policies/example.yaml").read_text())
-    data["profile"] = str(PROFILE)
-    data["startup_s"] = 60
-    p = tmp_path_factory.mktemp("pol") / "policy.yaml"
-    p.write_text(yaml.safe_dump(data))
-    return p
 
 
 @pytest.fixture(scope="module")
