@@ -146,21 +146,23 @@ def test_run_streams_against_the_emulator() -> None:
 
 
 def test_a_batch_the_server_queues_is_closed_early() -> None:
-    # KV for two requests of 20 + 30 tokens only: the engine runs two, queues two.
+    # KV for two requests of 20 + 100 tokens only: the engine runs two, queues two. At real speed (time_scale
+    # 1) the two running streams take ~100 ITLs, far longer than a busy client takes to see the first end
+    # (at 0.05 a loaded CI machine saw all four end before it looked).
     profile = load_profile(Path(__file__).resolve().parent.parent / "profiles/h200/qwen3-0.6b.json")
     model = engine_model_for(profile, "aggregated")
-    small = replace(model, decode=replace(model.decode, kv_capacity_tokens=100))
-    with BackgroundServer(create_app(small, "m", time_scale=0.05)) as server:
+    small = replace(model, decode=replace(model.decode, kv_capacity_tokens=2 * (20 + 100)))
+    with BackgroundServer(create_app(small, "m", time_scale=1.0)) as server:
         async def go() -> list[StreamResult]:
             async with make_client(server.url, 8, 30) as client:
                 return await run_streams(client, RequestShape("m", PLAIN_USAGE, {}), [" ".join(["w"] * 20)] * 4,
-                                         30, stop_if_queued=True)
+                                         100, stop_if_queued=True)
 
         results = asyncio.run(go())
     finished = [r for r in results if not r.closed_early]
-    assert len(finished) >= 1 and all(r.tokens[-1] == 30 for r in finished)
+    assert len(finished) >= 1 and all(r.tokens[-1] == 100 for r in finished)
     closed = [r for r in results if r.closed_early]
     # The queued ones: closed, not waited for. (A running stream closed with them may already hold its last
     # token and wait only for the closing chunk, so not every closed one is short.)
-    assert closed and any(r.tokens[-1:] != [30] for r in closed)
+    assert closed and any(r.tokens[-1:] != [100] for r in closed)
     assert steady_window(results, [20] * 4) is None

@@ -59,7 +59,8 @@ def test_provenance_is_what_the_server_exposes(profile: Profile, server: VllmSer
 def test_every_point_that_fits_is_measured_and_the_rest_noted(profile: Profile) -> None:
     assert [p.isl for p in profile.prefill[0].points] == list(ISL_GRID)
     measured = sorted((p.batch, p.context_tokens) for p in profile.decode[0].points)
-    assert measured == sorted((b, c) for b in BATCH_GRID for c in CONTEXT_GRID if c < MAX_MODEL_LEN)
+    assert measured == sorted((b, c) for b in BATCH_GRID for c in CONTEXT_GRID if c < MAX_MODEL_LEN), \
+        profile.provenance.notes
     for batch in BATCH_GRID:
         assert (f"skipped decode batch {batch} context {MAX_MODEL_LEN}: context + 16 tokens is above the server's "
                 f"max_model_len {MAX_MODEL_LEN}") in profile.provenance.notes

@@ -29,6 +29,7 @@ from planner.profiler.steady import Window, steady_window
 
 FAILURES_IN_A_ROW = 3  # points failing with 5xx / broken streams before the server counts as down
 PREFILL_CHUNK_GUESS = 2048  # tokens per engine iteration assumed before a batch was seen (vLLM's smallest)
+DECODE_ATTEMPTS = 4  # runs of one decode point before its streams count as queued by the server
 CLIENT_LAG_SHARE = 0.1  # the client's median event-loop lag above this share of the ITL gets a note
 
 
@@ -225,7 +226,7 @@ class Sweeper:
         late, after others had finished), again with room for the tokens that came before it; a batch that
         still never decodes all at once was queued by the server."""
         steps = 0
-        for _attempt in range(3):
+        for _attempt in range(DECODE_ATTEMPTS):
             max_tokens = self._max_tokens(batch, ctx, prompt)
             prompts = [self.prompts.make(prompt) for _ in range(batch)]
             with LoopLag() as lag:
@@ -235,7 +236,11 @@ class Sweeper:
             self.prompts.observe(prompt, counted)
             window = steady_window(results, counted)
             if window is None:
-                self._decode_before[(batch, ctx)] = max((r.tokens[-1] for r in results if r.tokens), default=0)
+                # One stream ended before another began (they reached the server spread out, e.g. on a busy
+                # client): room for twice as many tokens first, so a late arrival of any length is caught
+                # within a few attempts rather than creeping up by one run's worth each time.
+                seen = max((r.tokens[-1] for r in results if r.tokens), default=0)
+                self._decode_before[(batch, ctx)] = 2 * max(seen, max_tokens)
                 steps = 0
             else:
                 self._decode_before[(batch, ctx)] = window.tokens_before
