@@ -75,6 +75,7 @@ def test_placeholders_are_replaced_literally_and_json_braces_survive() -> None:
 
 def test_scales_up_and_down_idempotently_and_lists_exactly_the_ready_replicas(actuators, tmp_path) -> None:
     a = make(actuators, tmp_path)
+    assert a.read_replicas() == {"aggregated": 0}  # what it holds: nothing before the first apply
     first = a.apply({})  # a controller's first tick decides nothing: the pool starts at its floor
     assert (first.changed, dict(first.before), dict(first.after)) == (True, {"aggregated": 0}, {"aggregated": 1})
     assert a.snapshot()["aggregated"]["starting"] and targets(a.targets_file) == {}  # not listed until ready
@@ -87,6 +88,7 @@ def test_scales_up_and_down_idempotently_and_lists_exactly_the_ready_replicas(ac
     up = a.apply({"aggregated": 2})
     assert (up.changed, dict(up.before), dict(up.after)) == (True, {"aggregated": 1}, {"aggregated": 2})
     assert a.apply({"aggregated": 2}).changed is False  # the second one is starting: nothing more to do
+    assert a.read_replicas() == {"aggregated": 2}  # the desired size, starting replica included
     wait_until(lambda: len(ready(a)) == 2, 60, "two ready replicas")
     assert targets(a.targets_file) == {"aggregated": sorted(ready(a))}
     assert registry_value(a.metrics.registry, "planner_engine_replicas", policy="proc", pool="aggregated",

@@ -73,6 +73,7 @@ def test_a_prometheus_restart_holds_the_pools_says_so_once_and_resumes(tmp_path:
             # Light traffic: with none ever seen the mean lengths are unknown and the decision holds anyway.
             load = Load(loop.router.url, 2.0, "some words here", 4).start()
             wait_until(loop.deciding_from_data, 90, "decisions from Prometheus data")
+            start_up = [r.getMessage() for r in caplog.records]
             caplog.clear()  # the start-up (no engine ready yet) was an outage of its own, said once too
             serving = loop.ready("aggregated")
             loop.prom.shutdown()
@@ -82,6 +83,9 @@ def test_a_prometheus_restart_holds_the_pools_says_so_once_and_resumes(tmp_path:
             held = loop.ticks[outage:]
             loop.prom.start(timeout_s=60)
             wait_until(loop.deciding_from_data, 60, "decisions from data again")
+        # Seeded from what the actuator holds (its own processes), not guessed from the metrics.
+        assert "policy restart: seeded from the actuator's own processes: aggregated=0" in start_up, start_up
+        assert not any("cannot read the targets' spec.replicas" in m for m in start_up)
         assert all(isinstance(t.observation, NoData) for t in held)
         assert all(t.decision is not None and t.decision.reasons == (Reason.NO_DATA_HOLD,) for t in held)
         assert all(t.decision.targets() == {"aggregated": len(serving)} for t in held)

@@ -118,6 +118,15 @@ class ProcessActuator:
         return cls(ProcessSettings.from_policy(policy), metrics)
 
     # ------------------------------------------------------------------------------------------ apply
+    replicas_source = "the actuator's own processes"  # how the control loop names what read_replicas returns
+
+    def read_replicas(self) -> dict[str, int]:
+        """What this actuator holds (it owns the processes, so this is exact): each pool's desired size once
+        set, else its live replicas (none before the first apply). Seeds a fresh controller and one that just
+        took the lead, as spec.replicas does for the cluster actuators."""
+        with self._lock:
+            return {p: self.desired.get(p, self._live(p)) for p in self.settings.pools}
+
     def apply(self, targets: Mapping[str, int]) -> Applied:
         with self._lock:
             if self._closed:

@@ -168,7 +168,7 @@ class ControlLoop:
             self.logger.warning("policy %s: cannot read the targets' replicas, applying nothing until it can: %s",
                                 self.name, exc)
             return f"seed: {exc}"
-        source = "the targets' spec.replicas"
+        source = getattr(self.actuator, "replicas_source", "the targets' spec.replicas")
         if replicas is None:
             if not self._said_unseedable:
                 self.logger.warning("policy %s: actuator %s cannot read the targets' spec.replicas (no "
