@@ -68,7 +68,9 @@ def _one_of(field: str, value: str, allowed: tuple[str, ...]) -> str:
 
 class ForecastConfig(_Strict):
     model: str = "auto"  # one of planner/forecast/registry.py
-    quantile: float = Field(0.9, ge=0.5, le=0.99)
+    # 0.8: on the benchmark suite (planner bench suite) 0.9 bought 3-8 % more GPU-hours for attainment
+    # already far above the SLA percentile everywhere; 0.75 fell below the offline schedule on two scenarios.
+    quantile: float = Field(0.8, ge=0.5, le=0.99)
     history_s: float = Field(6 * 3600.0, gt=0)
 
     @field_validator("model")
@@ -96,7 +98,9 @@ def _default_up() -> ScalingRules:
 
 
 def _default_down() -> ScalingRules:
-    return ScalingRules(stabilization_window_s=300, policies=[ScalingPolicy(type="pods", value=1, period_s=60)])
+    # 240 s, twice the default start-up lead: capacity given back sooner was needed again on bursty traffic
+    # (Azure code: 180 s with a 25 %/30 s rate fell to 84 % attainment); 300 s held 4-9 % more GPU-hours.
+    return ScalingRules(stabilization_window_s=240, policies=[ScalingPolicy(type="pods", value=1, period_s=60)])
 
 
 class Behavior(_Strict):

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 import test_sim_backtest
+import yaml
 
 from planner.cli import run
 from planner.config import load_policy
 from planner.profile import load_profile
 from planner.sim.backtest import BacktestResult, run_backtest
 from planner.sim.envelope import compare, cost_at, describe, logit, pareto
-from planner.sim.frontier import SweepJob, frontier_tasks, knobs, run_frontier, sweep
+from planner.sim.frontier import SweepJob, frontier_tasks, knobs, offline_seed_quantiles, run_frontier, sweep
 from planner.sim.frontier_report import frontier_markdown, write_frontier
 from planner.sim.traces import sinusoid
 
@@ -84,7 +85,8 @@ def test_files_json_figure_and_markdown(frontier: dict, tmp_path: Path) -> None:
     assert json.loads(paths[0].read_text()) == frontier
     assert paths[1].stat().st_size > 10_000
     md = frontier_markdown(frontier)
-    assert "| planner | quantile | **0.9** |" in md
+    shipped = yaml.safe_load((REPO / "policies/example.yaml").read_text())["forecast"]["quantile"]
+    assert f"| planner | quantile | **{shipped}** |" in md  # the policy's own value, in bold
     assert md.count("planner vs dynamo-") == 2
 
 
@@ -172,3 +174,24 @@ def test_frontier_points_that_beat_the_offline_schedule_are_named() -> None:
     out = assemble(report, {"planner": knob}, points)
     assert out["points_dominating_offline"] == [{"policy": "planner", "knob": "quantile", "value": 0.5,
                                                  "attainment_joint": 0.96, "gpu_hours": 9.9}]
+
+
+def test_the_planners_cheaper_points_seed_the_offline_search_so_none_beats_it(policy_file: Path) -> None:
+    """Without these seeds a planner point at quantile 0.5 beat the offline schedule on both axes (suite,
+    chat-docs, 2026-12-01): the search only starts from what it is given."""
+    policy = load_policy(policy_file)
+    seeds = offline_seed_quantiles(policy, quick=True)
+    assert seeds and all(q < policy.forecast.quantile for q in seeds)
+    assert set(seeds) < set(knobs(policy, quick=True)["planner"].values)
+    tr = sinusoid(25.0, 15.0, 300.0, 480.0, isl=1000, osl=150, seed=5)
+    plain = run_backtest(tr, load_profile(PROFILE), policy, baselines=(), warmup_s=180.0, offline_simulations=4)
+    seeded = run_backtest(tr, load_profile(PROFILE), policy, baselines=(), warmup_s=180.0, offline_simulations=4,
+                          seed_quantiles=seeds)
+    off, plain_off = seeded.report["references"]["offline"], plain.report["references"]["offline"]
+    assert off["simulations"] >= plain_off["simulations"] + len(seeds) - 1  # each seed judged by a simulation
+    assert off["gpu_hours"] <= plain_off["gpu_hours"] + 1e-9  # its own search: never costlier than without
+    assert off["attainment_joint"] >= off["target_attainment"]
+    assert list(seeded.report["policies"]) == ["planner"]  # seeds are not reported as policies
+    front = run_frontier(seeded, quick=True, workers=1)
+    assert front["points_dominating_offline"] == []
+    assert not seeded.report["checks"]["policies_dominating_offline"]

@@ -28,7 +28,7 @@ from planner.profile import Profile
 from planner.sim import suite
 from planner.sim.backtest import run_backtest, sim_setup
 from planner.sim.baselines.registry import DEFAULT_BASELINES
-from planner.sim.frontier import DYNAMO, PLANNER, SweepJob, assemble, knobs, run_point
+from planner.sim.frontier import DYNAMO, PLANNER, SweepJob, assemble, knobs, offline_seed_quantiles, run_point
 from planner.sim.traces import RequestTrace
 
 FRONTIER_POLICIES = (PLANNER, *DYNAMO)  # the targets compare these; static and reactive: `backtest --frontier`
@@ -135,6 +135,7 @@ def _backtest(name: str) -> dict:
 
     res = run_backtest(inp.trace, inp.profile, inp.policy, baselines=DEFAULT_BASELINES, warmup_s=inp.warmup_s,
                        offline_simulations=OFFLINE_SIMULATIONS[_QUICK], workers=1, progress=progress,
+                       seed_quantiles=offline_seed_quantiles(inp.policy, _QUICK),
                        trace_meta={"format": inp.scenario.fmt, "rate_scale": inp.scenario.rate_scale,
                                    "scenario": name})
     return res.report

@@ -30,6 +30,9 @@ FRONTIER_HELP = ("also sweep each policy's headroom knob (planner: forecast quan
                  "frontier.json and frontier.png")
 
 
+ORACLE_INTERVAL_HELP = "deprecated: the offline schedule replaced the per-interval oracle; ignored"
+
+
 def backtest_cmd(
     trace: Annotated[Path, typer.Option(help="trace file")],
     profile: Annotated[Path, typer.Option(help="profile JSON")],
@@ -54,8 +57,7 @@ def backtest_cmd(
     quantile: Annotated[float | None, typer.Option("--quantile", help="override the policy's forecast "
                                                    "quantile (0.5-0.99; for attainment/GPU-hour frontiers)")] = None,
     oracle_interval_s: Annotated[float | None, typer.Option("--oracle-interval-s", hidden=True,
-                                                            help="deprecated: the offline schedule replaced the "
-                                                            "per-interval oracle; ignored")] = None,
+                                                            help=ORACLE_INTERVAL_HELP)] = None,
     workers: Annotated[int | None, typer.Option(help="processes judging offline-schedule candidates (default: up "
                                                 "to 2) and replaying frontier points (default: every core)")] = None,
     offline_simulations: Annotated[int, typer.Option("--offline-simulations", help="full simulations the "
@@ -68,6 +70,7 @@ def backtest_cmd(
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
     from planner.profile import load_profile
     from planner.sim.backtest import run_backtest
+    from planner.sim.frontier import offline_seed_quantiles
     from planner.sim.traces import load_requests
 
     console = Console()
@@ -81,6 +84,7 @@ def backtest_cmd(
     with phase_progress(console) as progress:
         result = run_backtest(tr, prof, pol, baselines=[b.strip() for b in baselines.split(",") if b.strip()],
                               startup_s=startup_s, kill=kill, seed=seed, forecaster=forecaster,
+                              seed_quantiles=offline_seed_quantiles(pol) if frontier else (),  # see README
                               offline_simulations=offline_simulations,
                               workers=min(2, os.cpu_count() or 1) if workers is None else workers,
                               progress=progress, dynamo_predictor=dynamo_predictor, warmup_s=warmup_s,

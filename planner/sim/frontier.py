@@ -27,7 +27,7 @@ from typing import Any
 
 from planner.config import Policy
 from planner.errors import UserError
-from planner.sim.backtest import BacktestResult, Run, dominates, planner_run, score_run
+from planner.sim.backtest import BacktestResult, Run, dominates, planner_run, score_run, with_quantile
 from planner.sim.baselines.dynamo_load import DynamoLoadController
 from planner.sim.baselines.dynamo_throughput import DynamoThroughputController
 from planner.sim.baselines.reactive import ReactiveController
@@ -70,12 +70,17 @@ def knobs(policy: Policy, quick: bool = False) -> dict[str, Knob]:
     return {k: Knob(k, v.name, short[k], v.default) for k, v in full.items()}
 
 
+def offline_seed_quantiles(policy: Policy, quick: bool = False) -> tuple[float, ...]:
+    """The planner's frontier points cheaper than the policy's own quantile: seeds of the offline search
+    (run_backtest's ``seed_quantiles``), so the yardstick has seen every planner schedule likely to undercut it."""
+    knob = knobs(policy, quick)[PLANNER]
+    return tuple(v for v in knob.values if v < knob.default)
+
+
 def build_run(ctx: BaselineContext, knob: Knob, value: float, forecaster: str | None) -> Run:
     """The controller of ``knob.policy`` at ``value``, starting where the backtest started it."""
     if knob.policy == PLANNER:
-        policy = ctx.policy
-        tuned = policy.model_copy(update={"forecast": policy.forecast.model_copy(update={"quantile": value})})
-        return planner_run(ctx, forecaster, tuned)
+        return planner_run(ctx, forecaster, with_quantile(ctx.policy, value))
     builder = _BUILDERS.get(knob.policy)
     if builder is None:
         raise ValueError(f"no knob for {knob.policy!r}")
