@@ -47,10 +47,13 @@ def test_spike_scales_up_then_down_slowly() -> None:
     prefill = [d.targets()["prefill"] for d in decisions]
     peak = max(prefill)
     assert sized(300.0)["prefill"] // 2 <= peak <= 2 * sized(300.0)["prefill"]
-    # The window holds the pool for 300 s after the last recommendation that needed it.
+    # The window (240 s by default: 8 intervals) holds the pool after the last recommendation that needed it.
+    hold = int(POL.behavior.scale_down.stabilization_window_s // POL.interval_s)
+    assert hold == 8
     high = max(i for i, d in enumerate(decisions) if d.pools["prefill"].desired_unclamped >= peak)
-    assert all(n == peak for n in prefill[high: high + 10])
-    assert any(Reason.SCALE_DOWN_STABILIZED in d.pools["prefill"].reasons for d in decisions[high + 1: high + 10])
+    assert all(n == peak for n in prefill[high: high + hold])
+    assert prefill[high + hold + 1] < peak  # and no longer: one pod per 60 s from then on
+    assert any(Reason.SCALE_DOWN_STABILIZED in d.pools["prefill"].reasons for d in decisions[high + 1: high + hold])
     downs = [b - a for a, b in zip(prefill, prefill[1:], strict=False)]
     assert min(downs) >= -1, "scale-down is limited to 1 pod per 60 s"
     assert prefill[-1] < peak
@@ -122,9 +125,12 @@ def test_budget_exhaustion_never_exceeds_the_budget() -> None:
 
 def test_oscillating_load_changes_direction_at_most_twice_an_hour() -> None:
     rng = random.Random(7)
+    # Each phase lasts 0.8x the scale-down window (240 s of the old 300 s, 192 s of today's 240 s): a wave
+    # faster than the window must not be followed down and up again.
+    phase_s = 0.8 * POL.behavior.scale_down.stabilization_window_s
 
     def rate(t: float) -> float:
-        square = 80.0 if int(t // 240) % 2 else 120.0
+        square = 80.0 if int(t // phase_s) % 2 else 120.0
         return max(0.0, rng.gauss(square, math.sqrt(square * 30) / 30))
 
     decisions = drive(POL, rate, hours=3.0)
