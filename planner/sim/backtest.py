@@ -163,8 +163,8 @@ def _offline(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay]
     ones are the extra planner seeds, named ``seed_names`` in their order).
 
     The extra seeds get a search of their own and the cheaper result is kept: the greedy trim ends where its
-    start leads, and in one pool with the rest (suite, 2026-12-01) a cheap planner seed near the target won the
-    start and left the yardstick 7 % costlier than the old start did on azure-conv."""
+    start leads, and when they shared one search with the rest (suite, 2026-12-01), a cheap planner seed near
+    the target won the start and left the yardstick 7 % costlier on azure-conv than the usual start did."""
     intervals = [int(round(c.interval_s)) for c, _, _ in runs]
     exact = all(abs(c.interval_s - round(c.interval_s)) < 1e-9 and c.interval_s >= 1 for c, _, _ in runs)
     grid_s = float(math.gcd(*intervals)) if exact else float(ctx.policy.interval_s)
