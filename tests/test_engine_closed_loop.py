@@ -115,7 +115,8 @@ def scale_up_and_down(loop: ClosedLoop, mode: str, began: float) -> Run:
         wait_until(lambda: len(loop.ready(run.pool)) == 2, START_S, f"{mode}: the second replica", every_s=1)
         run.second_s = time.monotonic() - began
         newest = max((r for r in loop.actuator.replicas if r.pool == run.pool), key=lambda r: r.launched_s)
-        wait_until(lambda: loop.backends.by_address[newest.address].sent >= 3, 120, f"{mode}: the new replica to serve")
+        # The router adds it when it next reads targets.json, which may come just after the actuator saw it ready.
+        wait_until(lambda: _sent(loop, newest.address) >= 3, 120, f"{mode}: the new replica to serve")
     finally:
         load.stop()
     assert load.results and not load.failures, load.failures[:3]
@@ -129,6 +130,11 @@ def scale_up_and_down(loop: ClosedLoop, mode: str, began: float) -> Run:
                f"{mode}: Prometheus to scrape exactly the remaining replica")
     check_telemetry(loop, run.pool, run.requests)
     return run
+
+
+def _sent(loop: ClosedLoop, address: str) -> int:
+    backend = loop.backends.by_address.get(address)
+    return backend.sent if backend is not None else 0
 
 
 def _target(loop: ClosedLoop, pool: str) -> int | None:
