@@ -111,7 +111,8 @@ def scale_up_and_down(loop: ClosedLoop, mode: str, began: float) -> Run:
     load = Load(loop.router.url, LOAD_RPS, words(80), OUTPUT_TOKENS, chat_every=4).start()
     try:
         wait_until(lambda: _target(loop, run.pool) == 2, 120, f"{mode}: the decision to scale up", every_s=0.5)
-        run.up = loop.ticks[-1]
+        up_at = len(loop.ticks) - 1
+        run.up = loop.ticks[up_at]
         wait_until(lambda: len(loop.ready(run.pool)) == 2, START_S, f"{mode}: the second replica", every_s=1)
         run.second_s = time.monotonic() - began
         newest = max((r for r in loop.actuator.replicas if r.pool == run.pool), key=lambda r: r.launched_s)
@@ -124,12 +125,17 @@ def scale_up_and_down(loop: ClosedLoop, mode: str, began: float) -> Run:
     wait_until(lambda: _target(loop, run.pool) == 1 and len(loop.ready(run.pool)) == 1
                and not loop.actuator.snapshot()[run.pool]["draining"], 120, f"{mode}: the scale-down and its drain",
                every_s=0.5)
-    run.down = loop.ticks[-1]
+    # The tick that scaled down (a later one may hold on a scrape gap: its reasons are not the point here).
+    run.down = next(t for t in loop.ticks[up_at:] if t.decision is not None and _decided(t, run.pool) == 1)
     run.done_s = time.monotonic() - began
     wait_until(lambda: _count(loop, f'vllm:num_requests_running{{pool="{run.pool}"}}') == 1, 30,
                f"{mode}: Prometheus to scrape exactly the remaining replica")
     check_telemetry(loop, run.pool, run.requests)
     return run
+
+
+def _decided(tick: Any, pool: str) -> int | None:  # noqa: ANN401 - TickResult
+    return tick.decision.targets().get(pool)
 
 
 def _sent(loop: ClosedLoop, address: str) -> int:
