@@ -112,11 +112,11 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     bound = lower_bound(trace, profile, policy, startup_s=startup, warmup_s=warmup_s, config=config)
     timings["lower_bound"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    seed_runs = [planner_run(ctx, forecaster, with_quantile(policy, q)) for q in dict.fromkeys(seed_quantiles)]
-    seed_replays = {f"planner quantile {q:g}": score_run(r, ctx, config)[1]
-                    for q, r in zip(dict.fromkeys(seed_quantiles), seed_runs, strict=True)}
-    offline = _offline(ctx, config, {**replays, **seed_replays}, runs + seed_runs, offline_simulations, progress,
-                       workers, list(seed_replays))
+    seed_runs = {f"planner quantile {q:g}": planner_run(ctx, forecaster, with_quantile(policy, q))
+                 for q in seed_quantiles}
+    seed_replays = {name: score_run(run, ctx, config)[1] for name, run in seed_runs.items()}
+    offline = _offline(ctx, config, {**replays, **seed_replays}, runs, offline_simulations, progress, workers,
+                       seed_runs)
     timings["offline_search"] = round(time.perf_counter() - t0, 2)
     ctx = replace(ctx, schedule=offline)
     late = [(REGISTRY[b].build(ctx), b) for b in chosen if REGISTRY[b].needs_schedule]
@@ -158,23 +158,23 @@ def sim_setup(trace: RequestTrace, profile: Profile, policy: Policy, *, startup_
 
 def _offline(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay], runs: list[Run],
              max_simulations: int, progress: Callable[[str, float, float], None] | None,
-             workers: int, seed_names: Sequence[str] = ()) -> OfflineSchedule:
-    """The offline schedule, seeded from what every policy of the run asked for (``runs`` after the reported
-    ones are the extra planner seeds, named ``seed_names`` in their order).
+             workers: int, seed_runs: Mapping[str, Run] | None = None) -> OfflineSchedule:
+    """The offline schedule, seeded from what every policy of the run asked for, and from ``seed_runs``
+    (extra planner runs, by name; their replays are in ``replays`` too).
 
     The extra seeds get a search of their own and the cheaper result is kept: the greedy trim ends where its
     start leads, and when they shared one search with the rest (suite, 2026-12-01), a cheap planner seed near
     the target won the start and left the yardstick 7 % costlier on azure-conv than the usual start did."""
-    intervals = [int(round(c.interval_s)) for c, _, _ in runs]
-    exact = all(abs(c.interval_s - round(c.interval_s)) < 1e-9 and c.interval_s >= 1 for c, _, _ in runs)
+    extra = dict(seed_runs or {})
+    named = [(run[0].name, run) for run in runs] + list(extra.items())
+    intervals = [int(round(c.interval_s)) for _, (c, _, _) in named]
+    exact = all(abs(c.interval_s - round(c.interval_s)) < 1e-9 and c.interval_s >= 1 for _, (c, _, _) in named)
     grid_s = float(math.gcd(*intervals)) if exact else float(ctx.policy.interval_s)
     end_s = max(r.end_s for r in replays.values()) + config.tail_s
     cells = int(math.ceil(end_s / grid_s)) + 1
-    names = [c.name for c, _, _ in runs[:len(runs) - len(seed_names)]] + list(seed_names)
-    seeds = {n: plan_from_targets(replays[n].targets, init, grid_s, cells)
-             for n, (_, _, init) in zip(names, runs, strict=True)}
+    seeds = {n: plan_from_targets(replays[n].targets, init, grid_s, cells) for n, (_, _, init) in named}
     job = OfflineJob(ctx.trace, ctx.profile, ctx.policy, config, ctx.window_s, ctx.warmup_s)
-    groups = [g for g in ({n: seeds[n] for n in names if n not in seed_names}, {n: seeds[n] for n in seed_names}) if g]
+    groups = [g for g in ({n: p for n, p in seeds.items() if n not in extra}, {n: seeds[n] for n in extra}) if g]
     total = max_simulations * len(groups)
     found: list[OfflineSchedule] = []
     for group in groups:
