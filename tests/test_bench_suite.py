@@ -25,7 +25,8 @@ POLICY_FIELDS = {"requests", "attainment_ttft", "attainment_itl", "attainment_jo
     (["--traces", "{tmp}"], "/azure2023/AzureLLMInferenceTrace_conv.csv not found (scenario azure-conv)"),
     (["--traces", "{tmp}/missing"], "--traces: {tmp}/missing is not a folder"),
     (["--workers", "0"], "--workers: 0 must be >= 1"),
-], ids=["unknown-scenario", "traces-missing", "traces-not-a-folder", "workers"])
+    (["--policy", "{tmp}/nope.yaml"], "{tmp}/nope.yaml: policy file not found"),
+], ids=["unknown-scenario", "traces-missing", "traces-not-a-folder", "workers", "policy-missing"])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], shown: str, tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -125,6 +126,29 @@ def test_quick_suite_on_one_synthetic_scenario(tmp_path: Path, capsys) -> None:
     doc = _check_suite(out, ["long-lognormal"], capsys.readouterr().out)
     assert doc["command"] == f"planner bench suite --quick --scenarios long-lognormal --out {out} --workers 2"
     assert doc["workers"] == 2
+    assert doc["policy"] == "policies/example.yaml"
+
+
+def test_a_policy_other_than_the_example_is_compared_and_named(tmp_path: Path, capsys) -> None:
+    """--policy runs the suite under another policy (capacity planners comparing theirs): the planner rows
+    follow it, and suite.json and the targets table name it instead of claiming the example as shipped."""
+    import yaml
+
+    doc = yaml.safe_load(suite.EXAMPLE_POLICY.read_text())
+    doc["forecast"]["quantile"] = 0.95
+    doc["profile"] = str(suite.REPO / "profiles/h200/qwen3-32b.json")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "suite"
+    assert run(["bench", "suite", "--quick", "--scenarios", "long-lognormal", "--workers", "1", "--policy", str(mine),
+                "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    result = json.loads((out / "suite.json").read_text())
+    assert result["policy"] == str(mine)
+    assert f"--policy {mine}" in result["command"]
+    assert "Targets (policy" in shown and "example policy as shipped" not in shown
+    report = result["scenarios"]["long-lognormal"]["report"]
+    assert report["sim"]["forecast"]["quantile"] == 0.95  # the planner ran under it, not the example's 0.8
 
 
 @pytest.mark.slow

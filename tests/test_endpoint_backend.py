@@ -193,3 +193,84 @@ def test_cancel_ends_the_requests_and_raises(tmp_path) -> None:
         assert running_requests(server.url) == 0  # the server aborted every stream the sweep had open
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(("itl_ms", "server_ms", "used_ms", "outcome"), [
+    (4.0, 9.6, 4.0, "kept"),  # under the server's mean, as the filling batch's slow steps make it
+    (4.0, None, 4.0, "kept"),  # no server metrics (not vLLM): nothing to hold it to
+    (0.03, 4.2, None, "skipped"),  # chunks read merged by a starved client (docs/fidelity.md)
+    (10.0, 4.0, 4.0, "server"),  # the client set the pace (batch-1 readings 2-3x vLLM's on a starved machine)
+    (5.9, 4.0, 5.9, "kept"),  # just inside the ceiling
+], ids=["steady", "no-metrics", "merged-chunks", "client-paced", "inside-ceiling"])
+def test_a_decode_reading_is_held_to_the_servers_own_mean(itl_ms, server_ms, used_ms, outcome) -> None:
+    from planner.profiler.endpoint_measure import PointSkipped, held_to_server
+
+    server_s = server_ms / 1e3 if server_ms is not None else None
+    if outcome == "skipped":
+        with pytest.raises(PointSkipped, match="chunks arrived merged"):
+            held_to_server("decode b1 ctx1024", itl_ms / 1e3, server_s)
+        return
+    used_s, note = held_to_server("decode b1 ctx1024", itl_ms / 1e3, server_s)
+    assert used_s * 1e3 == pytest.approx(used_ms)
+    assert (note is not None) == (outcome == "server")
+    if note:
+        assert "decode b1 ctx1024" in note and "server's mean used" in note
+
+
+def test_the_servers_itl_counters_are_read_from_its_metrics(emulator: EmulatorProcess, reference) -> None:
+    """The check's other half: vLLM's inter-token-latency _sum/_count (here the emulator's, which exports the
+    same family) read before and after one stream give that stream's mean gap."""
+    import asyncio
+
+    from planner.profiler.endpoint_server import counters
+    from planner.profiler.loadgen import RequestShape, make_client, stream_completion
+
+    async def one_stream() -> tuple[float | None, int]:
+        async with make_client(emulator.url, 1, 60.0) as client:
+            before = await counters(client)
+            shape = RequestShape("qwen3-32b", {"include_usage": True}, {})
+            result = await stream_completion(client, shape, "hello " * 200, 40)
+            after = await counters(client)
+        assert before.itl_count is not None and after.itl_count is not None
+        return after.itl_mean_s_since(before), int(after.itl_count - before.itl_count)
+
+    mean_s, gaps = asyncio.run(one_stream())
+    assert gaps == 39  # one gap per token after the first
+    expected_ms = reference[1].decode_curve(1).itl_ms(1, 200 + 20).value
+    assert mean_s is not None and mean_s * 1e3 == pytest.approx(expected_ms, rel=0.2)
+
+
+@pytest.mark.parametrize(("misreads", "measured"), [(1, True), (3, False)], ids=["once-then-clean", "every-time"])
+def test_a_misread_decode_point_is_run_again_then_skipped(monkeypatch: pytest.MonkeyPatch, misreads: int,
+                                                           measured: bool) -> None:
+    """A reading under a tenth of the server's mean (merged chunks) is run again; a point misread on every
+    one of its MISREAD_ATTEMPTS runs is skipped with the reason, never recorded."""
+    from planner.profiler import endpoint_measure
+    from planner.profiler.endpoint_server import Counters
+
+    assert endpoint_measure.MISREAD_ATTEMPTS == 3
+    # The server's counters as the decode point's runs see them: a mean of 100 s per token for the first
+    # ``misreads`` runs (so any real reading is under a tenth of it), then a server without the histogram.
+    reads = [Counters(0.0, 0.0, 0.0), Counters(0.0, 1000.0, 10.0)] * misreads
+    calls = {"n": 0}
+
+    async def fake_counters(client) -> Counters:  # noqa: ANN001
+        calls["n"] += 1
+        return reads.pop(0) if reads else Counters()
+
+    monkeypatch.setattr(endpoint_measure, "counters", fake_counters)
+    server = tiny_server()
+    try:
+        req = request(server.url, isl_grid=(64,), batch_grid=(1,), context_grid=(128,))
+        if not measured:  # the sweep's only decode point: nothing to write, and the error says why
+            with pytest.raises(UserError, match=r"no decode point could be measured \(decode batch 1 context 128: "
+                                                r"the client read .* \(its chunks arrived merged\)"):
+                sweep(req)
+            assert calls["n"] == 2 * misreads  # before and after each of its runs
+            return
+        profile = sweep(req)
+    finally:
+        server.stop()
+    assert calls["n"] >= 2 * (misreads + 1)  # the misread run, then the clean one
+    assert [p.batch for p in profile.decode[0].points] == [1]
+    assert all(0 < p.itl_ms < 1000 for p in profile.decode[0].points)

@@ -195,3 +195,26 @@ def test_the_planners_cheaper_points_seed_the_offline_search_so_none_beats_it(po
     front = run_frontier(seeded, quick=True, workers=1)
     assert front["points_dominating_offline"] == []
     assert not seeded.report["checks"]["policies_dominating_offline"]
+
+
+def test_the_offline_search_also_starts_from_the_clairvoyant_planner_with_free_scale_down(policy_file: Path) -> None:
+    """The planner fed the true load and allowed to give capacity back at once beat the offline schedule on
+    both axes on three suite scenarios (2026-12-01), because no seed had started the search that low. It is
+    now a seed with a search of its own, so it can never beat the yardstick."""
+    from planner.sim.backtest import dominates, free_clairvoyant_run, score_run
+    from planner.sim.clairvoyant import FREE_NAME, with_free_scale_down
+
+    policy = load_policy(policy_file)
+    free = with_free_scale_down(policy).behavior.scale_down
+    assert free.stabilization_window_s == 0 and free.policies[0].value == 100  # the rule the seed runs under
+    assert policy.behavior.scale_down.stabilization_window_s > 0  # the policy itself is left as it was
+    tr = sinusoid(25.0, 15.0, 300.0, 480.0, isl=1000, osl=150, seed=5)
+    result = run_backtest(tr, load_profile(PROFILE), policy, baselines=(), warmup_s=180.0, offline_simulations=4)
+    off = result.report["references"]["offline"]
+    assert FREE_NAME not in result.report["policies"]  # a seed, not a reported policy
+    assert off["attainment_joint"] >= off["target_attainment"]
+    assert result.context is not None and result.config is not None
+    seed, _ = score_run(free_clairvoyant_run(result.context), result.context, result.config)
+    assert seed["gpu_hours"] < result.report["policies"]["planner"]["gpu_hours"]  # the cheap start it exists for
+    assert not dominates(seed, off)
+    assert off["simulations"] >= 3 * 1  # a search per group: reported runs, quantile seeds (none here), free seed

@@ -52,13 +52,15 @@ _JOBS: dict[str, SweepJob] = {}  # per worker: each scenario's sweep job, built 
 
 
 def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_dir: Path | None, out: Path,
-        workers: int, command: str) -> dict:
-    """Run the suite and write ``out``/suite.json (+ per-scenario reports); returns suite.json's content."""
+        workers: int, command: str, policy_path: Path | None = None) -> dict:
+    """Run the suite and write ``out``/suite.json (+ per-scenario reports); returns suite.json's content.
+    ``policy_path``: a policy to compare instead of the example as shipped (its profile is swapped per scenario
+    all the same)."""
     global _QUICK, _QUEUE
     t0, c0 = time.perf_counter(), time.process_time()
     chosen = suite.pick(scenario_names)
     suite.check_traces(chosen, traces_dir)
-    policy = suite.scenario_policy()
+    policy = suite.scenario_policy(policy_path)
     _INPUTS.clear()
     for s in chosen:
         _INPUTS[s.name] = Inputs(s, suite.scenario_trace(s, traces_dir, quick), suite.scenario_profile(s, policy),
@@ -77,7 +79,7 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
                 results[task], cpu_s[task] = value, cpu
                 bar.finished(task)
     wall_s = time.perf_counter() - t0
-    doc = _document(results, quick, command, wall_s, workers)
+    doc = _document(results, quick, command, wall_s, workers, suite.policy_label(policy_path))
     doc["cpu_s"] = _cpu_summary(cpu_s, workers, time.process_time() - c0)
     _write(doc, out)
     return doc
@@ -198,7 +200,8 @@ class _Progress:
             self._refresh(task[1])
 
 
-def _document(results: Mapping[tuple, Any], quick: bool, command: str, wall_s: float, workers: int) -> dict:
+def _document(results: Mapping[tuple, Any], quick: bool, command: str, wall_s: float, workers: int,
+              policy: str) -> dict:
     scenarios: dict[str, dict] = {}
     rows: list[dict] = []
     for name, inp in _INPUTS.items():
@@ -211,7 +214,7 @@ def _document(results: Mapping[tuple, Any], quick: bool, command: str, wall_s: f
         rows += suite.entries(inp.scenario, report, quick)
     return {"command": command, "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "planner_version": __version__, "quick": quick, "wall_s": round(wall_s, 1), "workers": workers,
-            "cpu_count": os.cpu_count(), "policy": str(suite.EXAMPLE_POLICY.relative_to(suite.REPO)),
+            "cpu_count": os.cpu_count(), "policy": policy,
             "entries": rows, "scenarios": scenarios}
 
 

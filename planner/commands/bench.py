@@ -114,6 +114,8 @@ def bench_suite(
                                                 "../shared/traces beside the repository)")] = None,
     out: Annotated[Path, typer.Option(help="output folder: suite.json and a report per scenario")] = Path("out/suite"),
     workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
+    policy: Annotated[Path | None, typer.Option(help="a policy to compare instead of policies/example.yaml (its "
+                                                "profile is still swapped per scenario)")] = None,
 ) -> None:
     """Every scenario (Azure conv and code, ServeGen, two heavy-tailed synthetic mixes) backtested with the
     planner's and Dynamo's frontiers; prints one table and the targets, writes suite.json."""
@@ -121,19 +123,23 @@ def bench_suite(
 
     from planner.bench import suite, suite_table
     from planner.sim.suite import default_traces_dir
+    from planner.sim.suite import scenario_policy as suite_policy
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be >= 1")
     names = [n.strip() for n in scenarios.split(",") if n.strip()] if scenarios else None
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
+    if policy is not None:
+        suite_policy(policy)  # a bad file is one line and exit 2 before anything runs
     n = workers or os.cpu_count() or 1
     command = " ".join(["planner bench suite", *(["--quick"] if quick else []),
+                        *([f"--policy {policy}"] if policy else []),
                         *([f"--scenarios {scenarios}"] if scenarios else []),
                         *([f"--traces {traces}"] if traces else []), f"--out {out}",
                         *([f"--workers {workers}"] if workers else [])])
     console = Console() if Console().is_terminal else Console(width=150)
-    doc = suite.run(console, names, quick, traces or default_traces_dir(), out, n, command)
+    doc = suite.run(console, names, quick, traces or default_traces_dir(), out, n, command, policy)
     suite_table.render(console, doc)
     console.print(f"wrote {out / 'suite.json'}")
 

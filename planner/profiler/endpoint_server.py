@@ -24,6 +24,7 @@ SGLANG_FLAGS = ("version", "tp_size", "dp_size", "max_running_requests", "max_to
                 "chunked_prefill_size", "context_length", "disable_radix_cache", "attention_backend",
                 "model_path", "mem_fraction_static")
 PREEMPTIONS = "vllm:num_preemptions"
+ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
 
 
 @dataclass
@@ -170,13 +171,36 @@ async def _read_vllm_metrics(client: httpx.AsyncClient, info: ServerInfo) -> Non
                 info.kv_source = "vllm:cache_config_info num_gpu_blocks x block_size"
 
 
-async def preemptions(client: httpx.AsyncClient) -> float | None:
-    """vLLM's cumulative preemptions (None where the server does not export them)."""
+@dataclass(frozen=True)
+class Counters:
+    """vLLM's cumulative counters a decode run is checked against (None where the server does not export
+    them): preemptions, and its inter-token-latency histogram's exact _sum (s) and _count."""
+
+    preemptions: float | None = None
+    itl_sum_s: float | None = None
+    itl_count: float | None = None
+
+    def itl_mean_s_since(self, before: Counters) -> float | None:
+        """The server's own mean inter-token latency between ``before`` and these counters."""
+        s1, n1, s0, n0 = self.itl_sum_s, self.itl_count, before.itl_sum_s, before.itl_count
+        if s1 is None or n1 is None or s0 is None or n0 is None or n1 <= n0:
+            return None
+        return (s1 - s0) / (n1 - n0)
+
+
+def _total(families: list, name: str, suffix: str) -> float | None:
+    values = [s.value for fam in families if fam.name == name for s in fam.samples if s.name.endswith(suffix)]
+    return float(sum(values)) if values else None
+
+
+async def counters(client: httpx.AsyncClient) -> Counters:
+    """One read of the server's /metrics (empty Counters where it has none or they do not parse)."""
     response = await _get(client, "/metrics")
-    if response is None or PREEMPTIONS not in response.text:
-        return None
+    if response is None or not any(name in response.text for name in (PREEMPTIONS, ITL_HISTOGRAM)):
+        return Counters()
     try:
-        return sum(s.value for fam in text_string_to_metric_families(response.text) if fam.name == PREEMPTIONS
-                   for s in fam.samples if s.name.endswith("_total"))
+        families = list(text_string_to_metric_families(response.text))
     except ValueError:
-        return None
+        return Counters()
+    return Counters(_total(families, PREEMPTIONS, "_total"), _total(families, ITL_HISTOGRAM, "_sum"),
+                    _total(families, ITL_HISTOGRAM, "_count"))

@@ -27,11 +27,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.config import Policy
-from planner.controller import make_planner_controller
+from planner.controller import initial_state, make_planner_controller
 from planner.errors import UserError
 from planner.perf.kv import gbps_to_bytes_per_s
 from planner.profile import Profile
 from planner.sim.baselines.registry import REFERENCE_ALIASES, REGISTRY, BaselineContext
+from planner.sim.clairvoyant import FREE_NAME, clairvoyant_planner, with_free_scale_down
 from planner.sim.cluster import SimConfig
 from planner.sim.lower_bound import LowerBound, lower_bound
 from planner.sim.offline import OfflineJob, OfflineSchedule, offline_schedule, plan_from_targets
@@ -112,11 +113,11 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     bound = lower_bound(trace, profile, policy, startup_s=startup, warmup_s=warmup_s, config=config)
     timings["lower_bound"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    seed_runs = {f"planner quantile {q:g}": planner_run(ctx, forecaster, with_quantile(policy, q))
-                 for q in seed_quantiles}
-    seed_replays = {name: score_run(run, ctx, config)[1] for name, run in seed_runs.items()}
+    seed_groups = [{f"planner quantile {q:g}": planner_run(ctx, forecaster, with_quantile(policy, q))
+                    for q in seed_quantiles}, {FREE_NAME: free_clairvoyant_run(ctx)}]
+    seed_replays = {name: score_run(run, ctx, config)[1] for group in seed_groups for name, run in group.items()}
     offline = _offline(ctx, config, {**replays, **seed_replays}, runs, offline_simulations, progress, workers,
-                       seed_runs)
+                       seed_groups)
     timings["offline_search"] = round(time.perf_counter() - t0, 2)
     ctx = replace(ctx, schedule=offline)
     late = [(REGISTRY[b].build(ctx), b) for b in chosen if REGISTRY[b].needs_schedule]
@@ -158,14 +159,15 @@ def sim_setup(trace: RequestTrace, profile: Profile, policy: Policy, *, startup_
 
 def _offline(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay], runs: list[Run],
              max_simulations: int, progress: Callable[[str, float, float], None] | None,
-             workers: int, seed_runs: Mapping[str, Run] | None = None) -> OfflineSchedule:
-    """The offline schedule, seeded from what every policy of the run asked for, and from ``seed_runs``
-    (extra planner runs, by name; their replays are in ``replays`` too).
+             workers: int, seed_groups: Sequence[Mapping[str, Run]] = ()) -> OfflineSchedule:
+    """The offline schedule, seeded from what every policy of the run asked for, and from each of
+    ``seed_groups`` (extra runs by name, not reported; their replays are in ``replays`` too).
 
-    The extra seeds get a search of their own and the cheaper result is kept: the greedy trim ends where its
-    start leads, and when they shared one search with the rest (suite, 2026-12-01), a cheap planner seed near
-    the target won the start and left the yardstick 7 % costlier on azure-conv than the usual start did."""
-    extra = dict(seed_runs or {})
+    Each group of extra seeds gets a search of its own and the cheapest result is kept: the greedy trim ends
+    where its start leads, and when they shared one search with the rest (suite, 2026-12-01), a cheap planner
+    seed near the target won the start and left the yardstick 7 % costlier on azure-conv than the usual
+    start did."""
+    extra = {name: run for group in seed_groups for name, run in group.items()}
     named = [(run[0].name, run) for run in runs] + list(extra.items())
     intervals = [int(round(c.interval_s)) for _, (c, _, _) in named]
     exact = all(abs(c.interval_s - round(c.interval_s)) < 1e-9 and c.interval_s >= 1 for _, (c, _, _) in named)
@@ -174,7 +176,8 @@ def _offline(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay]
     cells = int(math.ceil(end_s / grid_s)) + 1
     seeds = {n: plan_from_targets(replays[n].targets, init, grid_s, cells) for n, (_, _, init) in named}
     job = OfflineJob(ctx.trace, ctx.profile, ctx.policy, config, ctx.window_s, ctx.warmup_s)
-    groups = [g for g in ({n: p for n, p in seeds.items() if n not in extra}, {n: seeds[n] for n in extra}) if g]
+    groups = [g for g in ({n: p for n, p in seeds.items() if n not in extra},
+                          *({n: seeds[n] for n in group} for group in seed_groups)) if g]
     total = max_simulations * len(groups)
     found: list[OfflineSchedule] = []
     for group in groups:
@@ -240,6 +243,13 @@ def _replay_all(runs: list[Run], ctx: BaselineContext, config: SimConfig,
 def with_quantile(policy: Policy, quantile: float) -> Policy:
     """``policy`` with its forecast quantile set to ``quantile`` (the planner's headroom knob)."""
     return policy.model_copy(update={"forecast": policy.forecast.model_copy(update={"quantile": quantile})})
+
+
+def free_clairvoyant_run(ctx: BaselineContext) -> Run:
+    """The planner fed the true future load, its scale-down unrestricted (a seed of the offline search)."""
+    planner = clairvoyant_planner(with_free_scale_down(ctx.policy), ctx.profile, ctx.trace, ctx.window_s,
+                                  initial_state(ctx.initial), name=FREE_NAME)
+    return planner, ctx.window_s, dict(ctx.initial)
 
 
 def planner_run(ctx: BaselineContext, forecaster: str | None, policy: Policy | None = None) -> Run:

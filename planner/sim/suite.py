@@ -1,7 +1,8 @@
 """The benchmark suite's scenarios: fixed traces, rates and profiles, so one command measures the planner on
 several kinds of load instead of one trace.
 
-Every scenario runs the example policy as shipped (policies/example.yaml), with only its profile swapped,
+Every scenario runs the example policy as shipped (policies/example.yaml; ``planner bench suite --policy``
+another one to compare), with only its profile swapped,
 at rates that keep the pools at tens of replicas (the policy's ceilings are 16 prefill and 32 decode),
 over a full hour (the Azure traces: all of it) scored after a warm-up. ``quick`` cuts each to a short
 window for CI; everything else is the same.
@@ -132,8 +133,15 @@ def warmup_s(s: Scenario, quick: bool) -> float:
     return QUICK_WARMUP_S if quick else s.warmup_s
 
 
-def scenario_policy() -> Policy:
-    return load_policy(EXAMPLE_POLICY)
+def scenario_policy(path: Path | None = None) -> Policy:
+    """The policy every scenario runs (its profile swapped per scenario): the example as shipped by default."""
+    return load_policy(path or EXAMPLE_POLICY)
+
+
+def policy_label(path: Path | None) -> str:
+    """How suite.json and the targets table name the policy: relative to the repository where it lies inside."""
+    chosen = (path or EXAMPLE_POLICY).resolve()
+    return str(chosen.relative_to(REPO)) if chosen.is_relative_to(REPO) else str(chosen)
 
 
 def scenario_profile(s: Scenario, policy: Policy) -> Profile:
