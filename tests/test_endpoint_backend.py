@@ -231,6 +231,7 @@ def test_the_servers_itl_counters_are_read_from_its_metrics(emulator: EmulatorPr
             shape = RequestShape("qwen3-32b", {"include_usage": True}, {})
             result = await stream_completion(client, shape, "hello " * 200, 40)
             after = await counters(client)
+        assert result.ok and result.completion_tokens == 40, result
         assert before.itl_count is not None and after.itl_count is not None
         return after.itl_mean_s_since(before), int(after.itl_count - before.itl_count)
 
