@@ -117,21 +117,11 @@ def _check_suite(out: Path, names: list[str], shown: str) -> dict:
     return doc
 
 
-def test_quick_suite_on_one_synthetic_scenario(tmp_path: Path, capsys) -> None:
+def test_quick_suite_on_one_synthetic_scenario_under_another_policy(tmp_path: Path, capsys) -> None:
     """The suite end to end on the heavy-tailed synthetic scenario (no shared traces needed, so CI always runs
-    it): a backtest with both references, the frontier points on the worker processes, the files."""
-    out = tmp_path / "suite"
-    assert run(["bench", "suite", "--quick", "--scenarios", "long-lognormal", "--workers", "2",
-                "--out", str(out)]) == 0
-    doc = _check_suite(out, ["long-lognormal"], capsys.readouterr().out)
-    assert doc["command"] == f"planner bench suite --quick --scenarios long-lognormal --out {out} --workers 2"
-    assert doc["workers"] == 2
-    assert doc["policy"] == "policies/example.yaml"
-
-
-def test_a_policy_other_than_the_example_is_compared_and_named(tmp_path: Path, capsys) -> None:
-    """--policy runs the suite under another policy (capacity planners comparing theirs): the planner rows
-    follow it, and suite.json and the targets table name it instead of claiming the example as shipped."""
+    it): a backtest with both references, the frontier points on the worker processes, the files. It runs
+    under --policy (capacity planners comparing theirs): the planner follows that policy, and suite.json and
+    the targets table name it instead of claiming the example as shipped."""
     import yaml
 
     doc = yaml.safe_load(suite.EXAMPLE_POLICY.read_text())
@@ -140,12 +130,14 @@ def test_a_policy_other_than_the_example_is_compared_and_named(tmp_path: Path, c
     mine = tmp_path / "mine.yaml"
     mine.write_text(yaml.safe_dump(doc))
     out = tmp_path / "suite"
-    assert run(["bench", "suite", "--quick", "--scenarios", "long-lognormal", "--workers", "1", "--policy", str(mine),
+    assert run(["bench", "suite", "--quick", "--scenarios", "long-lognormal", "--workers", "2", "--policy", str(mine),
                 "--out", str(out)]) == 0
     shown = capsys.readouterr().out
-    result = json.loads((out / "suite.json").read_text())
+    result = _check_suite(out, ["long-lognormal"], shown)
+    assert result["command"] == (f"planner bench suite --quick --policy {mine} --scenarios long-lognormal "
+                                 f"--out {out} --workers 2")
+    assert result["workers"] == 2
     assert result["policy"] == str(mine)
-    assert f"--policy {mine}" in result["command"]
     assert "Targets (policy" in shown and "example policy as shipped" not in shown
     report = result["scenarios"]["long-lognormal"]["report"]
     assert report["sim"]["forecast"]["quantile"] == 0.95  # the planner ran under it, not the example's 0.8
@@ -158,3 +150,4 @@ def test_quick_suite_end_to_end(tmp_path: Path, capsys) -> None:
     assert run(["bench", "suite", "--quick", "--out", str(out)]) == 0
     doc = _check_suite(out, list(suite.names()), capsys.readouterr().out)
     assert doc["command"] == f"planner bench suite --quick --out {out}"
+    assert doc["policy"] == "policies/example.yaml"  # the example as shipped, by default
