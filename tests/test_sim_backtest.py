@@ -75,7 +75,7 @@ def test_cli_backtest_writes_the_report_contract(tmp_path: Path, policy_file: Pa
 
 def test_kill_mode_and_seed_are_recorded(tmp_path: Path, policy_file: Path, trace_file: Path) -> None:
     res = run_backtest(_load(trace_file), load_profile(PROFILE), load_policy(policy_file), baselines=["reactive"],
-                       kill=True, seed=3)
+                       kill=True, seed=3, offline_simulations=2)  # the search is not under test here
     assert res.report["sim"]["kill"] is True and res.report["sim"]["seed"] == 3
     assert set(res.report["policies"]) == {"planner", "reactive"}
 

@@ -347,7 +347,8 @@ def test_short_step_backtest_runs_both_with_the_other_baselines(tmp_path: Path) 
     p.write_text(yaml.safe_dump(data))
     tr = step(4.0, 16.0, 400.0, 900.0, isl=1000, osl=150, seed=2)
     res = run_backtest(tr, load_profile(REAL_PROFILE), load_policy(p),
-                       baselines=["static", "reactive", "dynamo-throughput", "dynamo-load", "oracle"], workers=1)
+                       baselines=["static", "reactive", "dynamo-throughput", "dynamo-load", "oracle"], workers=1,
+                       offline_simulations=4)  # the search is not under test here; static needs its schedule
     pols = res.report["policies"]
     assert {"planner", "static", "reactive", "dynamo-throughput", "dynamo-load"} == set(pols)
     assert "offline" in res.report["references"]  # "oracle" asks for the offline schedule, in every report anyway

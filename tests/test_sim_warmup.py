@@ -97,7 +97,7 @@ def test_clairvoyant_forecast_reads_the_true_load_ahead(pol, prof) -> None:  # n
 
 def test_clairvoyant_planner_scales_before_a_step_the_planner_cannot_see(pol, prof) -> None:  # noqa: ANN001
     tr = step(5.0, 30.0, 400.0, 800.0, isl=1000, osl=150, seed=4)
-    res = run_backtest(tr, prof, pol, baselines=["clairvoyant"], warmup_s=0.0)
+    res = run_backtest(tr, prof, pol, baselines=["clairvoyant"], warmup_s=0.0, offline_simulations=2)  # not under test
     ahead = dict(res.replays["planner+perfect-forecast"].targets)
     blind = dict(res.replays["planner"].targets)
     t_before = max(t for t in ahead if t <= 400.0 - pol.startup_s)  # the last tick a start-up ahead of the step
