@@ -199,7 +199,7 @@ def test_the_planners_cheaper_points_seed_the_offline_search_so_none_beats_it(po
 
 def test_the_offline_search_also_starts_from_the_clairvoyant_planner_with_free_scale_down(policy_file: Path) -> None:
     """The planner fed the true load and allowed to give capacity back at once beat the offline schedule on
-    both axes on three suite scenarios (2026-12-01), because no seed had started the search that low. It is
+    both axes on two suite scenarios (2026-12-01), because no seed had started the search that low. It is
     now a seed with a search of its own, so it can never beat the yardstick."""
     from planner.sim.backtest import dominates, free_clairvoyant_run, score_run
     from planner.sim.clairvoyant import FREE_NAME, with_free_scale_down

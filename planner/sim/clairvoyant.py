@@ -83,8 +83,8 @@ def with_free_scale_down(policy: Policy) -> Policy:
 
     Only a controller that knows the future may give capacity back this fast (its forecast already covers the
     start-up lead): the offline search starts from this schedule too, because on the suite (2026-12-01) the
-    planner fed the true load this way beat the offline schedule on both axes on ServeGen, the lognormal mix
-    and chat-docs (e.g. ServeGen 99.03 % at 8.98 GPU-h against 95.38 % at 9.40) - the search only trims
+    planner fed the true load this way beat the offline schedule on both axes on ServeGen and the lognormal
+    mix (e.g. ServeGen 99.03 % at 8.98 GPU-h against 95.38 % at 9.40) - the search only trims
     down from where it starts, and no seed it had started that low."""
     free = ScalingRules(stabilization_window_s=0, select_policy="max",
                         policies=[ScalingPolicy(type="percent", value=100, period_s=max(1, int(policy.interval_s)))])
