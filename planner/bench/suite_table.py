@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from planner.sim.suite import policy_label
+
 TARGET_COLUMNS = (("planner", "planner <= 1.15x"), ("perfect_forecast", "perfect forecast <= 1.05x"),
                   ("frontier", "frontier above Dynamo"))
 
@@ -53,11 +55,9 @@ def results_table(doc: dict) -> Table:
     return table
 
 
-EXAMPLE = "policies/example.yaml"  # suite.json's policy field for the example as shipped
-
-
 def targets_table(doc: dict) -> Table:
-    shipped = doc.get("policy", EXAMPLE) == EXAMPLE
+    example = policy_label(None)  # how suite.json names the example as shipped
+    shipped = doc.get("policy", example) == example
     table = Table(title="Targets (example policy as shipped)" if shipped else f"Targets (policy {doc['policy']})")
     table.add_column("scenario")
     for _, title in TARGET_COLUMNS:
