@@ -13,7 +13,7 @@ from planner.catalog import load_hardware, load_model
 from planner.profile import Profile, save_profile
 from planner.profiler.analytical import profile_analytical
 from planner.profiler.grids import SweepRequest
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -24,7 +24,8 @@ from planner.config import load_policy
 from planner.router.app import create_router_app
 from planner.service.background import BackgroundServer
 from planner.service.runner import RunOptions, Service
-from planner.testing.local_prometheus import LocalPrometheus, Target, free_port
+from planner.testing.local_prometheus import LocalPrometheus, Target
+from planner.testing.ports import free_port
 from planner.types import Decision, Mode, Observation, Reason
 
 # Scale-down waits 30 s of lower recommendations: a stall of the whole machine (seen: 15 s of too few requests

@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from planner.testing.local_prometheus import LocalPrometheus, Target, free_port, prometheus_binary
+from planner.testing.local_prometheus import LocalPrometheus, Target, prometheus_binary
+from planner.testing.ports import free_port
 
 SCRAPE_S = 1.0
 SLOTS = 40

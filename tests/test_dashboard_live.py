@@ -33,7 +33,8 @@ from planner.dashboards.grafana import Board, Query
 from planner.service.runner import RunOptions, Service
 from planner.sources.dialects import DIALECTS, VLLM
 from planner.testing.dialect_exporter import parse_samples, translate, translate_samples
-from planner.testing.local_prometheus import LocalPrometheus, Target, free_port
+from planner.testing.local_prometheus import LocalPrometheus, Target
+from planner.testing.ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent

@@ -297,7 +297,7 @@ def test_planner_emulate_serves_over_http() -> None:
     import subprocess
     import sys
 
-    from planner.testing.local_prometheus import free_port
+    from planner.testing.ports import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "emulate", "--profile", str(PROFILE), "--role",

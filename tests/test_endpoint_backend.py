@@ -22,7 +22,7 @@ from planner.profile import Profile, load_profile
 from planner.profiler.backends import get_backend
 from planner.profiler.grids import SweepCancelled, SweepRequest
 from planner.service.background import BackgroundServer
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 
 TOLERANCE = 0.10
 # Prefill points of a few hundred ms: the client's HTTP round trip (1-15 ms on a loaded 2-core machine)

@@ -26,7 +26,7 @@ from planner.sources.prometheus import PrometheusSource
 from planner.telemetry import PlannerMetrics
 from planner.testing.actuator import RecordingActuator
 from planner.testing.clock import FakeClock
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 from planner.types import Observation, PoolObservation, Reason
 
 REPO = Path(__file__).resolve().parent.parent

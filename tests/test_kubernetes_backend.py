@@ -22,7 +22,7 @@ from planner.profile import load_profile
 from planner.profiler.grids import SweepCancelled, SweepRequest
 from planner.profiler.k8s_worker import GPU_RESOURCE, WORKER_LABEL, render_worker, set_flag
 from planner.profiler.kubernetes_backend import profile_kubernetes
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 
 TIME_SCALE = 0.5
 

@@ -31,7 +31,8 @@ from planner.sources.prometheus import PrometheusSource
 from planner.telemetry import PlannerMetrics
 from planner.testing.actuator import RecordingActuator
 from planner.testing.clock import FakeClock
-from planner.testing.local_prometheus import LocalPrometheus, Target, WebOptions, free_port
+from planner.testing.local_prometheus import LocalPrometheus, Target, WebOptions
+from planner.testing.ports import free_port
 from planner.types import NoData, Observation, Reason
 
 pytestmark = pytest.mark.prometheus

@@ -22,7 +22,7 @@ from prom_fixtures import FakeHTTP, PromEnv, prom_env  # noqa: F401
 from planner.actuators import externalscaler_pb2 as pb
 from planner.actuators import externalscaler_pb2_grpc as pb_grpc
 from planner.service.runner import RunOptions, Service
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from planner.sources.prometheus import PrometheusSource
 from planner.telemetry import PlannerMetrics
 from planner.testing.actuator import RecordingActuator
 from planner.testing.clock import FakeClock
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles" / "h200" / "qwen3-8b.json"

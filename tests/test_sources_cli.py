@@ -11,7 +11,7 @@ import yaml
 from planner.cli import run
 from planner.commands.observe_args import resolve
 from planner.errors import UserError
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "policies" / "example.yaml"

@@ -8,7 +8,7 @@ import pytest
 from prom_fixtures import fake_http  # noqa: F401 - fixture
 
 from planner.sources.prometheus import PrometheusSource
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 from planner.types import NoData, NoDataReason
 
 SELECTORS = {"aggregated": '{role="x"}'}

@@ -36,7 +36,7 @@ from planner.profiler.loadgen import (
 )
 from planner.profiler.prompts import TEXT, PromptMaker
 from planner.profiler.steady import steady_window
-from planner.testing.local_prometheus import free_port
+from planner.testing.ports import free_port
 
 DEFAULT_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "h200" / "qwen3-32b.json"
 ITL_SERIES = re.compile(r"^vllm:inter_token_latency_seconds_(sum|count)\{[^}]*\} (\S+)$", re.M)

