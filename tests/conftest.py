@@ -69,10 +69,13 @@ class SharedVllm:
         self.ledger = Ledger()
 
     def get(self) -> VllmServer:
+        from planner.bench.fidelity import ENGINE_ARGS
         from planner.testing.vllm_server import VllmServer
 
         if self.server is None:
-            self.server = VllmServer(self.engine.python, self.engine.model_dir, cpus="0", log_dir=self.log_dir).start()
+            # The fidelity harness's arguments too, so that its test measures this server instead of starting one.
+            self.server = VllmServer(self.engine.python, self.engine.model_dir, cpus="0", log_dir=self.log_dir,
+                                     extra_args=list(ENGINE_ARGS)).start()
             self.ledger = Ledger()
         return self.server
 
@@ -80,6 +83,24 @@ class SharedVllm:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+# Modules that send the shared server requests no ledger holds (a profile, a replay) run after the modules that
+# check its cumulative metrics against the ledger, and before the one that stops it for the disaggregated pair.
+SHARED_SERVER_LAST_USERS = ("test_engine_endpoint.py", "test_engine_fidelity.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        if name in SHARED_SERVER_LAST_USERS:
+            return 1
+        return 2 if name == "test_engine_vllm_disagg.py" else 0
+
+    # The engine modules, in the places they already hold, are reordered among themselves (stable).
+    slots = [i for i, item in enumerate(items) if item.path.name.startswith("test_engine")]
+    for slot, item in zip(slots, sorted((items[i] for i in slots), key=rank), strict=True):
+        items[slot] = item
 
 
 @pytest.fixture(scope="session")

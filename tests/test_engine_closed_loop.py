@@ -10,6 +10,7 @@ Python processes importing torch and vLLM in turn). The two modes run one after 
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 from engine_fixtures import words
-from loop_fixtures import ClosedLoop, loop_policy, tiny_cpu_profile
+from loop_fixtures import FAST_BEHAVIOR, ClosedLoop, loop_policy, tiny_cpu_profile
 from process_fixtures import Load, port_range, sample, wait_until
 from prom_fixtures import require_prometheus
 
@@ -97,9 +98,14 @@ def closed_loop_policy(engine, folder: Path, mode: str) -> dict:  # noqa: ANN001
     kv_path = folder / "kv"
     kv_path.mkdir(parents=True)
     pools, commands = pools_and_commands(mode, engine, kv_path)
+    # Scale-down 15 s after the load ends (the fixtures' 30 s is twice what a steady 1.2 req/s step needs;
+    # a scrape gap holds rather than scales down, so the window only has to outlast the step's own tail).
+    behavior = copy.deepcopy(FAST_BEHAVIOR)
+    behavior["scale_down"]["stabilization_window_s"] = 15
     return loop_policy(f"cpu-{mode}", mode, tiny_cpu_profile(folder / "profile.json"), pools,
                        {**commands, "port_range": list(port_range(12)), "drain_s": 30, "stop_grace_s": 20,
-                        "ready_timeout_s": READY_TIMEOUT_S}, sla={"ttft_ms": 3000, "itl_ms": 50})
+                        "ready_timeout_s": READY_TIMEOUT_S}, sla={"ttft_ms": 3000, "itl_ms": 50},
+                       behavior=behavior)
 
 
 def scale_up_and_down(loop: ClosedLoop, mode: str, began: float) -> Run:

@@ -8,8 +8,6 @@ where that harness is not in the tree yet, the module is skipped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
@@ -30,10 +28,9 @@ CONTEXT_GRID = (256, 1024, MAX_MODEL_LEN)  # the last cannot fit a decode run: s
 
 
 @pytest.fixture(scope="module")
-def server(vllm_engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    with VllmServer(vllm_engine.python, vllm_engine.model_dir, cpus="0",
-                    log_dir=tmp_path_factory.mktemp("vllm-log")) as s:
-        yield s
+def server(shared_vllm) -> VllmServer:
+    """The session's aggregated server (conftest.py: this module runs after the ones that count its requests)."""
+    return shared_vllm.get()
 
 
 @pytest.fixture(scope="module")

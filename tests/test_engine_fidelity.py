@@ -34,13 +34,15 @@ SHORT_FORM_BOUNDS = {"ttft_p50_ms": (0.75, 1.25), "ttft_p95_ms": (0.0, 1.40), "i
                      "itl_p95_ms": (0.40, 1.60)}
 
 
-def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared: Path, tmp_path: Path) -> None:
+def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared_vllm, shared: Path, tmp_path: Path) -> None:
     trace = shared / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
     out = tmp_path / "fidelity.json"
     options = fidelity.FidelityOptions(SliceSpec(trace, start_s=600.0, duration_s=60.0, rate_rps=1.0),
                                        modes=("aggregated",), out=out, isl_grid=(16, 512, 2048),
                                        batch_grid=(1, 4, 16), context_grid=(256, 1024), iters=3)
-    (result,) = fidelity.run_with(vllm_engine.python, vllm_engine.model_dir, options, lambda *a: None)
+    # The session's aggregated server, started with the harness's arguments (conftest.py), not one of its own.
+    (result,) = fidelity.run_with(vllm_engine.python, vllm_engine.model_dir, options, lambda *a: None,
+                                  aggregated_url=shared_vllm.get().url)
     assert result.failed == 0, result.notes
     written = json.loads(out.read_text())
     assert written["modes"][0]["real"] == result.real and written["slice"]["requests"] == 60

@@ -37,6 +37,9 @@ TOLERANCE = {"p50": 0.25, "p95": 0.40}  # the issue's goal: p50s within 25 %, p9
 # vLLM's scheduler budget per step; the simulator's chunk_tokens is set to the same value.
 MAX_NUM_BATCHED_TOKENS = 2048
 MAX_NUM_SEQS = 16  # VllmServer's DEFAULT_ARGS
+# What the harness adds to VllmServer's DEFAULT_ARGS; a server given to run_with(aggregated_url=...) must
+# have been started with them.
+ENGINE_ARGS = ("--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS))
 # Tokens each stream of a decode point must produce with all of them running: a long window keeps the
 # measured step time steady when the API process falls behind and merges tokens into one chunk.
 DECODE_TOKENS = 96
@@ -93,15 +96,22 @@ def run(console: Console, options: FidelityOptions, progress: Progress) -> list[
         return run_with(python, model_dir, options, progress)
 
 
-def run_with(python: Path, model_dir: Path, options: FidelityOptions, progress: Progress) -> list[ModeResult]:
-    """Every mode in turn (never two at once: the machine has two cores); the JSON is written as it goes."""
+def run_with(python: Path, model_dir: Path, options: FidelityOptions, progress: Progress,
+             aggregated_url: str | None = None) -> list[ModeResult]:
+    """Every mode in turn (never two at once: the machine has two cores); the JSON is written as it goes.
+
+    ``aggregated_url``: the aggregated mode measures this running server (DEFAULT_ARGS + ENGINE_ARGS, the same
+    model) instead of starting one (the tests' shared server: a vLLM start is a minute of CI)."""
     trace = trace_slice(options.slice)
     work = Path(tempfile.mkdtemp(prefix="planner-fidelity-"))
     try:
         results: list[ModeResult] = []
         for mode in options.modes:
-            runner = _aggregated if mode == Mode.AGGREGATED.value else _disaggregated
-            results.append(runner(python, model_dir, trace, options, work, progress))
+            if mode == Mode.AGGREGATED.value and aggregated_url is not None:
+                results.append(_measure_aggregated(aggregated_url, model_dir, trace, options, progress, 0.0))
+            else:
+                runner = _aggregated if mode == Mode.AGGREGATED.value else _disaggregated
+                results.append(runner(python, model_dir, trace, options, work, progress))
             if options.out is not None:
                 write_json(options.out, options, trace, results)
         return results
@@ -118,11 +128,15 @@ def _aggregated(python: Path, model_dir: Path, trace: RequestTrace, options: Fid
     progress(f"{name}: start", 0, 1)
     with server:
         progress(f"{name}: start", 1, 1)
-        profile = _profile(model_dir, server.url, options, options.isl_grid, options.batch_grid,
-                           options.context_grid)
-        progress(f"{name}: profile", 1, 1)
-        return _replay_and_simulate(name, server.url, trace, profile, options, progress,
-                                    [server.ready_s or 0.0], [server.url])
+        return _measure_aggregated(server.url, model_dir, trace, options, progress, server.ready_s or 0.0)
+
+
+def _measure_aggregated(url: str, model_dir: Path, trace: RequestTrace, options: FidelityOptions,
+                        progress: Progress, ready_s: float) -> ModeResult:
+    name = Mode.AGGREGATED.value
+    profile = _profile(model_dir, url, options, options.isl_grid, options.batch_grid, options.context_grid)
+    progress(f"{name}: profile", 1, 1)
+    return _replay_and_simulate(name, url, trace, profile, options, progress, [ready_s], [url])
 
 
 def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: FidelityOptions, work: Path,
@@ -184,7 +198,7 @@ def _both(*servers: Any) -> Iterator[None]:
 
 
 def _engine_args() -> list[str]:
-    return ["--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
+    return list(ENGINE_ARGS)
 
 
 def _profile(model_dir: Path, url: str, options: FidelityOptions, isl_grid: tuple[int, ...],
