@@ -106,3 +106,23 @@ def test_a_measured_hand_over_replaces_the_decode_front_end(client_profile: Prof
     r = _run(client_profile, Mode.DISAGGREGATED, [0.0], 1000, 2, kv_handoff_s=0.07)
     prefill_s = (INTERCEPT_MS + SLOPE_MS_PER_TOKEN * 1000) / 1e3
     assert r["ttft_s"][0] == pytest.approx(prefill_s + 0.07 + STEP_MS / 1e3, rel=1e-6)
+
+
+def test_the_decode_engines_admission_work_delays_the_first_token_and_stalls_the_batch(
+        client_profile: Profile) -> None:
+    """vLLM's ExampleConnector: the decode server loads the KV and recomputes the last partial block inside
+    its own step. A lone request's TTFT gains that work once; a request decoding when another is admitted
+    waits for it too (its mean gap grows by the stall over its gaps), and without it nothing changes."""
+    admit_s, osl = 0.03, 101
+    alone = _run(client_profile, Mode.DISAGGREGATED, [0.0], 1000, 2, kv_handoff_s=0.07)
+    stalled = _run(client_profile, Mode.DISAGGREGATED, [0.0], 1000, 2, kv_handoff_s=0.07, decode_admit_s=admit_s)
+    assert stalled["ttft_s"][0] == pytest.approx(alone["ttft_s"][0] + admit_s, rel=1e-6)
+    # Two requests: the second is admitted while the first decodes (100 gaps of STEP_MS each alone).
+    pair = _run(client_profile, Mode.DISAGGREGATED, [0.0, 0.3], 1000, osl, kv_handoff_s=0.07)
+    pair_stalled = _run(client_profile, Mode.DISAGGREGATED, [0.0, 0.3], 1000, osl, kv_handoff_s=0.07,
+                        decode_admit_s=admit_s)
+    assert pair["itl_mean_s"][0] == pytest.approx(STEP_MS / 1e3, rel=1e-6)
+    # The first request's own admission stall came before its first token; only the second one's is a gap.
+    assert pair_stalled["itl_mean_s"][0] == pytest.approx(STEP_MS / 1e3 + admit_s / (osl - 1), rel=1e-6)
+    assert pair_stalled["itl_max_s"][0] > STEP_MS / 1e3
+    assert pair_stalled["ttft_s"][1] == pytest.approx(pair["ttft_s"][1] + admit_s, abs=STEP_MS / 1e3)

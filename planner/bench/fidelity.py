@@ -72,7 +72,7 @@ class ModeResult:
     server: list[dict[str, float]] = field(default_factory=list)  # per engine: vLLM's own means over the run
     profile: dict[str, Any] = field(default_factory=dict)  # the measured points the simulator used
     per_request: dict[str, list[Any]] = field(default_factory=dict)
-    sim_config: dict[str, float] = field(default_factory=dict)  # SimConfig fields measured here (kv_handoff_s)
+    sim_config: dict[str, float] = field(default_factory=dict)  # SimConfig fields measured here (kv_handoff_s, decode_admit_s)
 
     def ratios(self) -> dict[str, float]:
         return {m: round(self.sim[m] / self.real[m], 3) if self.real[m] else float("nan") for m in METRICS}
@@ -174,14 +174,26 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
         write_targets(targets, [Target(f"127.0.0.1:{pre.port}", "prefill"), Target(f"127.0.0.1:{dec.port}",
                                                                                    "decode")])
         with BackgroundServer(create_router_app(targets, Mode.DISAGGREGATED), port=0) as router:
-            # The hand-over alone, less the decode server's first step (the simulator times that step itself).
             first_step_s = profile.decode_curve(1).itl_ms(1, 1024).value / 1e3
-            handoff_s = max(0.0, measure_handoff(router.url, pre.url) - first_step_s)
+            handoff_s, admit_s = _handoff_parts(router.url, pre.url, dec.url, first_step_s)
             shutil.rmtree(kv, ignore_errors=True)
             kv.mkdir()
             return _replay_and_simulate(name, router.url, trace, profile, options, progress,
                                         [pre.ready_s or 0.0, dec.ready_s or 0.0], [pre.url, dec.url],
-                                        kv_handoff_s=handoff_s)
+                                        kv_handoff_s=handoff_s, decode_admit_s=admit_s)
+
+
+def _handoff_parts(router_url: str, prefill_url: str, decode_url: str, first_step_s: float) -> tuple[float, float]:
+    """The hand-over probed alone, split as the simulator takes it: ``decode_admit_s``, the decode engine's own
+    work on the arriving request (vLLM's prefill time there, the KV load and the last partial block, less the
+    one decode step the simulator times itself), which stalls its batch; ``kv_handoff_s``, the rest of the
+    hand-over (the decode request's front end, the router), which occupies no engine."""
+    before = server_means([decode_url])
+    total_s = measure_handoff(router_url, prefill_url)
+    decode_prefill_ms = _server_deltas(before, server_means([decode_url]))[0]["request_prefill_time_seconds_mean_ms"]
+    engine_s = decode_prefill_ms / 1e3 if decode_prefill_ms == decode_prefill_ms else first_step_s
+    admit_s = max(0.0, engine_s - first_step_s)
+    return max(0.0, total_s - first_step_s - admit_s), admit_s
 
 
 @contextmanager

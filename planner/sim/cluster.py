@@ -13,7 +13,8 @@ Model, in the order a request sees it (disaggregated), and the module that imple
 4. decode: on arrival of the KV, routed to the READY decode replica with the fewest outstanding sequences
    (:mod:`~planner.sim.fleet`); admitted at the next step boundary when a batch slot and KV room for
    ``isl + osl`` tokens are free (the whole reservation up front: no preemption); the first step emits the
-   first token, so TTFT = queue + prefill + transfer + admission wait + first step; the request ends after
+   first token, so TTFT = queue + prefill + transfer + admission wait (+ the decode engine's own admission
+   work, ``SimConfig.decode_admit_s``, which stalls the batch) + first step; the request ends after
    ``osl`` steps: :mod:`~planner.sim.decode`.
 Aggregated: one pool; a replica piggy-backs up to ``chunk_tokens`` of queued prompt onto each decode step
 (``EngineModel.mixed_step_s``); the step that finishes a prompt emits its first token: :mod:`~planner.sim.aggregated`.
@@ -71,6 +72,11 @@ class SimConfig:
     # decode request's front end and the connector's load of the KV; planner bench fidelity measures it), on
     # top of the link's transfer time. None: the front end's share alone.
     kv_handoff_s: float | None = None
+    # Disaggregated: the decode engine's own work on each sequence it admits (loading the KV the connector
+    # wrote, recomputing the prompt's last partial block), done inside its step, so the batch waits for it.
+    # 0 for a link that writes the KV straight into the decode server's cache (NIXL); planner bench fidelity
+    # measures it for vLLM's ExampleConnector.
+    decode_admit_s: float = 0.0
 
 
 CLIENT_OBSERVED_BACKENDS = ("endpoint", "kubernetes")  # profiles timed over HTTP, the front end included
@@ -114,7 +120,7 @@ class Cluster:
                                      fleet.retire_if_drained, config.chunk_tokens)
         else:
             decode = DecodeStage(self._events, timing, self.log, max_batch, kv_capacity_tokens,
-                                 fleet.retire_if_drained)
+                                 fleet.retire_if_drained, config.decode_admit_s)
         link = KvTransfers(self._events, self.log, float(profile.model.kv_bytes_per_token),
                            float(config.link_bytes_per_s), fleet.route_sequence, fleet.retire_if_drained,
                            hop_s=front_s if config.kv_handoff_s is None else config.kv_handoff_s)

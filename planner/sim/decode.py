@@ -3,7 +3,10 @@
 A sequence routed here waits until a step boundary where a batch slot and KV room for ``isl + osl`` tokens
 are free, and reserves that room for its whole life (no preemption). The step that admits it emits its first
 token, and it ends ``osl`` steps after admission. A step's time is the profile's ITL at the batch size and the
-batch's mean context.
+batch's mean context. With ``admit_s`` (a disaggregated decode server that loads each sequence's KV and
+recomputes the prompt's last partial block itself, as vLLM's connectors do), the step that admits ``n``
+sequences is ``n * admit_s`` longer: the whole batch waits for that work, and the newcomers' first token
+comes after it.
 
 The replica jumps from event to event: while its batch does not change it is advanced many steps at once
 (each sequence's context grows by one token per step, so ``k`` steps take ``k * step(batch, mean + (k - 1)
@@ -30,7 +33,8 @@ class DecodeStage:
     every_step_is_an_event = False
 
     def __init__(self, events: EventQueue, timing: StepTiming, log: RequestLog, max_batch: int,
-                 kv_capacity_tokens: int, retire_if_drained: Callable[[Replica, float], None]) -> None:
+                 kv_capacity_tokens: int, retire_if_drained: Callable[[Replica, float], None],
+                 admit_s: float = 0.0) -> None:
         self._heap = events.heap
         self._counter = events.counter
         self._events = events
@@ -44,6 +48,7 @@ class DecodeStage:
         self._max_batch = max_batch
         self._kv_capacity_tokens = kv_capacity_tokens
         self._retire_if_drained = retire_if_drained
+        self._admit_s = admit_s
 
     def accept(self, replica: DecodeReplica, req: int, now_s: float) -> None:
         """A sequence routed here: admit it at the next step boundary.
@@ -82,7 +87,7 @@ class DecodeStage:
         """Advance ``steps`` steps ending at ``end_s``; finish what is done, then admit at that boundary."""
         batch = replica.batch
         if batch and steps:
-            step_s = (end_s - replica.boundary_s) / steps
+            step_s = (end_s - replica.boundary_s + replica.stall_s) / steps
             self._token_gaps.append((end_s, step_s, batch * steps))
             # the segment goes on the monotone stack, over the shorter steps it makes irrelevant
             segments, segment_step_s = replica.gap_stack_segments, replica.gap_stack_step_s
@@ -97,6 +102,7 @@ class DecodeStage:
         else:
             step_s = 0.0
         replica.boundary_s = end_s
+        replica.stall_s = 0.0
         finish_steps = replica.finish_steps
         steps_done = replica.steps_done
         if finish_steps and finish_steps[0][0] <= steps_done:
@@ -142,6 +148,10 @@ class DecodeStage:
                 admitted_segment[req] = segment
                 admitted.append(req)
             replica.batch, replica.kv_used_tokens, replica.context_tokens = batch, kv_used, context
+            if admitted and self._admit_s:
+                stall_s = self._admit_s * len(admitted)
+                replica.boundary_s += stall_s
+                replica.stall_s += stall_s
         if replica.batch == 0:
             self._go_idle(replica, now_s)
             return
@@ -153,6 +163,7 @@ class DecodeStage:
 
     def _go_idle(self, replica: DecodeReplica, now_s: float) -> None:
         replica.step_s = 0.0
+        replica.stall_s = 0.0
         replica.next_event_steps = 0
         replica.next_event_s = math.inf
         replica.version += 1

@@ -92,7 +92,7 @@ class DecodeReplica(Replica):
 
     __slots__ = ("batch", "context_tokens", "steps_done", "boundary_s", "step_s", "finish_steps", "waiting",
                  "kv_used_tokens", "next_event_s", "next_event_steps", "gap_stack_segments", "gap_stack_step_s",
-                 "segment_count", "prompt_queue", "outstanding_sequences")
+                 "segment_count", "prompt_queue", "outstanding_sequences", "stall_s")
 
     def __init__(self, replica_id: int, pool: str, gpus: int, created_s: float, ready_s: float) -> None:
         super().__init__(replica_id, pool, gpus, created_s, ready_s)
@@ -113,6 +113,9 @@ class DecodeReplica(Replica):
         self.segment_count = 0
         self.prompt_queue: deque[list[int]] = deque()  # aggregated: [request, prompt tokens not yet prefilled]
         self.outstanding_sequences = 0  # routed here and not finished (the routing key)
+        # The current segment began this long before boundary_s: admission work that stalled the batch
+        # (DecodeStage.admit_s), so its steps' gaps include it.
+        self.stall_s = 0.0
 
     def outstanding(self) -> int:
         return self.outstanding_sequences
