@@ -10,8 +10,9 @@ API front end starved of CPU by other jobs (client TTFT mean 229 ms against vLLM
 average 12), which the simulator does not model.
 
 Outside the bounds the test is an expected failure with the figures (the goal is not met yet:
-docs/fidelity.md); within them it passes. The bounds are checked only when the machine was not shared: with the 1-minute load average above 1.5 per
-core before or after the replay, the profile and the replay measure the other jobs (decode points of 0.1 ms,
+docs/fidelity.md); within them it passes. The bounds are checked only when the machine was not shared: with other jobs taking more than 15 % of
+the machine's CPU during the profile or the replay (their CPU time, the harness's own processes left out),
+the profile and the replay measure the other jobs (decode points of 0.1 ms,
 prefill 2x faster in the profile than during the replay minutes later, docs/fidelity.md), and the test
 skips with the figures it got; the harness itself (no request failed, the JSON) is checked either way.
 """
@@ -28,7 +29,11 @@ from planner.bench import fidelity
 from planner.bench.fidelity_load import SliceSpec
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-QUIET_LOAD_PER_CORE = 1.5
+# Other jobs' share of the machine's CPU (planner/bench/machine_share.py) above which the figures measure them,
+# not the engine. Not the load average: the engine's spinning OpenMP threads, its API process and the client
+# hold it at 3-4 on 2 cores with nothing else running.
+QUIET_OTHERS_SHARE = 0.15
+QUIET_LOAD_PER_CORE = 1.5  # where /proc cannot be read
 # (lowest, highest) allowed sim / vLLM ratio per figure
 SHORT_FORM_BOUNDS = {"ttft_p50_ms": (0.75, 1.25), "ttft_p95_ms": (0.0, 1.40), "itl_p50_ms": (0.75, 1.25),
                      "itl_p95_ms": (0.40, 1.60)}
@@ -47,9 +52,16 @@ def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared_vllm, share
     written = json.loads(out.read_text())
     assert written["modes"][0]["real"] == result.real and written["slice"]["requests"] == 60
     ratios = result.ratios()
-    quiet = QUIET_LOAD_PER_CORE * (os.cpu_count() or 1)
-    if max(result.load_avg) > quiet:
-        pytest.skip(f"machine shared: load average {result.load_avg} above {quiet:g}; sim/vLLM {ratios}")
+    shares = list(result.others_cpu.values())
+    assert set(result.others_cpu) == {"profile", "replay"}
+    if all(v is not None for v in shares):
+        if max(shares) > QUIET_OTHERS_SHARE:  # type: ignore[type-var]
+            pytest.skip(f"machine shared: other jobs took {result.others_cpu} of the CPU (above "
+                        f"{QUIET_OTHERS_SHARE:g}; hypervisor steal {result.replay_steal}); sim/vLLM {ratios}")
+    else:  # no /proc: the load average, which also counts the harness's own spinning engine
+        quiet = QUIET_LOAD_PER_CORE * (os.cpu_count() or 1)
+        if max(result.load_avg) > quiet:
+            pytest.skip(f"machine shared: load average {result.load_avg} above {quiet:g}; sim/vLLM {ratios}")
     off = {m: ratios[m] for m, (lo, hi) in SHORT_FORM_BOUNDS.items() if not lo <= ratios[m] <= hi}
     if off:
         # The fidelity goal is not met yet (docs/fidelity.md, "Left to do"): said in the summary with the

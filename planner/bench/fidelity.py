@@ -27,6 +27,7 @@ from rich.table import Table
 
 from planner.bench.fidelity_load import SliceSpec, measure_handoff, percentiles, replay_trace, trace_slice
 from planner.bench.fidelity_sim import simulate
+from planner.bench.machine_share import OthersCpu
 from planner.profile import Profile
 from planner.sim.traces import RequestTrace
 from planner.types import Mode
@@ -73,6 +74,10 @@ class ModeResult:
     profile: dict[str, Any] = field(default_factory=dict)  # the measured points the simulator used
     per_request: dict[str, list[Any]] = field(default_factory=dict)
     sim_config: dict[str, float] = field(default_factory=dict)  # SimConfig fields measured here (kv_handoff_s, decode_admit_s)
+    # Other jobs' share of the machine's CPU while the profile and the replay ran (machine_share.py; None off
+    # Linux): the harness's own processes are left out, unlike in the load average.
+    others_cpu: dict[str, float | None] = field(default_factory=dict)
+    replay_steal: float | None = None  # the hypervisor's share of it during the replay (inside others_cpu)
 
     def ratios(self) -> dict[str, float]:
         return {m: round(self.sim[m] / self.real[m], 3) if self.real[m] else float("nan") for m in METRICS}
@@ -134,9 +139,11 @@ def _aggregated(python: Path, model_dir: Path, trace: RequestTrace, options: Fid
 def _measure_aggregated(url: str, model_dir: Path, trace: RequestTrace, options: FidelityOptions,
                         progress: Progress, ready_s: float) -> ModeResult:
     name = Mode.AGGREGATED.value
-    profile = _profile(model_dir, url, options, options.isl_grid, options.batch_grid, options.context_grid)
+    with OthersCpu() as cpu:
+        profile = _profile(model_dir, url, options, options.isl_grid, options.batch_grid, options.context_grid)
     progress(f"{name}: profile", 1, 1)
-    return _replay_and_simulate(name, url, trace, profile, options, progress, [ready_s], [url])
+    return _replay_and_simulate(name, url, trace, profile, options, progress, [ready_s], [url],
+                                profile_others_cpu=cpu.share)
 
 
 def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: FidelityOptions, work: Path,
@@ -163,9 +170,11 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
         progress(f"{name}: start", 1, 1)
         # The prefill server's curve from the prefill server, the decode server's from the decode server
         # (first, while no KV files exist for it to load).
-        decode_profile = _profile(model_dir, dec.url, options, options.isl_grid[:2], options.batch_grid,
-                                  options.context_grid)
-        prefill_profile = _profile(model_dir, pre.url, options, options.isl_grid, (1,), options.context_grid[:1])
+        with OthersCpu() as cpu:
+            decode_profile = _profile(model_dir, dec.url, options, options.isl_grid[:2], options.batch_grid,
+                                      options.context_grid)
+            prefill_profile = _profile(model_dir, pre.url, options, options.isl_grid, (1,),
+                                       options.context_grid[:1])
         progress(f"{name}: profile", 1, 1)
         profile = prefill_profile.model_copy(update={"decode": decode_profile.decode})
         shutil.rmtree(kv, ignore_errors=True)
@@ -180,7 +189,8 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
             kv.mkdir()
             return _replay_and_simulate(name, router.url, trace, profile, options, progress,
                                         [pre.ready_s or 0.0, dec.ready_s or 0.0], [pre.url, dec.url],
-                                        kv_handoff_s=handoff_s, decode_admit_s=admit_s)
+                                        profile_others_cpu=cpu.share, kv_handoff_s=handoff_s,
+                                        decode_admit_s=admit_s)
 
 
 def _handoff_parts(router_url: str, prefill_url: str, decode_url: str, first_step_s: float) -> tuple[float, float]:
@@ -232,11 +242,12 @@ def _profile(model_dir: Path, url: str, options: FidelityOptions, isl_grid: tupl
 
 def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Profile, options: FidelityOptions,
                          progress: Progress, ready_s: list[float], engine_urls: list[str],
-                         **sim_config: float) -> ModeResult:
+                         profile_others_cpu: float | None, **sim_config: float) -> ModeResult:
     load_before = os.getloadavg()[0]
     before = server_means(engine_urls)
-    measured = replay_trace(url, trace, seed=options.seed,
-                            on_done=lambda n: progress(f"{name}: replay", n, len(trace)))
+    with OthersCpu() as cpu:
+        measured = replay_trace(url, trace, seed=options.seed,
+                                on_done=lambda n: progress(f"{name}: replay", n, len(trace)))
     after = server_means(engine_urls)
     load_after = os.getloadavg()[0]
     if options.out is not None:  # kept, so the replay can be simulated again (resimulate) as the model changes
@@ -252,7 +263,8 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
                       [round(load_before, 2), round(load_after, 2)], round(measured.wall_s, 1),
                       [round(r, 1) for r in ready_s], measured.errors[:5],
                       server=_server_deltas(before, after), profile=_profile_points(profile),
-                      per_request=per_request, sim_config=dict(sim_config))
+                      per_request=per_request, sim_config=dict(sim_config),
+                      others_cpu={"profile": profile_others_cpu, "replay": cpu.share}, replay_steal=cpu.steal)
 
 
 def profile_path(out: Path, mode: str) -> Path:

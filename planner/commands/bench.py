@@ -202,8 +202,8 @@ def bench_fidelity(
     console.print(fidelity.table(results))
     console.print(f"trade-off (ITL p95 down, TTFT p50 up with disaggregation): {fidelity.tradeoff(results)}")
     for r in results:
-        console.print(f"{r.mode}: {r.failed} failed, load average {r.load_avg}, replay {r.wall_s} s, "
-                      f"ready {r.servers_ready_s} s")
+        console.print(f"{r.mode}: {r.failed} failed, load average {r.load_avg}, other jobs' CPU share "
+                      f"{r.others_cpu} (hypervisor steal in the replay {r.replay_steal}), replay {r.wall_s} s, ready {r.servers_ready_s} s")
     console.print(f"wrote {out}")
 
 
