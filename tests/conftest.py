@@ -5,10 +5,13 @@ engine test module that needs one)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import pytest
 from engine_fixtures import Ledger
@@ -85,6 +88,22 @@ class SharedVllm:
             self.server = None
 
 
+def start_lint(config: pytest.Config, tool: list[str]) -> None:
+    """Start a linter now, in a process of its own, so that it runs beside the first tests (mypy takes ~40 s
+    of one core on a fresh checkout, most tests use less than the other); test_lint.py waits for its result."""
+    out = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, "-m", *tool], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    config.stash.setdefault(LINT_RUNS, {})[tuple(tool)] = (proc, out)
+
+
+LINT_RUNS = pytest.StashKey[dict[tuple[str, ...], tuple[subprocess.Popen[bytes], IO[bytes]]]]()
+
+
+@pytest.fixture(scope="session")
+def lint_runs(request: pytest.FixtureRequest) -> dict[tuple[str, ...], tuple[subprocess.Popen[bytes], IO[bytes]]]:
+    return request.config.stash.get(LINT_RUNS, {})
+
+
 # Modules that send the shared server requests no ledger holds (a profile, a replay) run after the modules that
 # check its cumulative metrics against the ledger, and before the one that stops it for the disaggregated pair.
 SHARED_SERVER_LAST_USERS = ("test_engine_endpoint.py", "test_engine_fidelity.py")
@@ -97,6 +116,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             return 1
         return 2 if name == "test_engine_vllm_disagg.py" else 0
 
+    if any(item.nodeid.endswith("test_clean[mypy]") for item in items):
+        start_lint(config, ["mypy", "planner"])
     # The engine modules, in the places they already hold, are reordered among themselves (stable).
     slots = [i for i, item in enumerate(items) if item.path.name.startswith("test_engine")]
     for slot, item in zip(slots, sorted((items[i] for i in slots), key=rank), strict=True):
