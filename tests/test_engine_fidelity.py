@@ -50,6 +50,8 @@ def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared_vllm, share
                                   aggregated_url=shared_vllm.get().url)
     assert result.failed == 0, result.notes
     written = json.loads(out.read_text())
+    assert len(written["modes"][0]["per_request"]["paused"]) == 60
+    assert set(result.real_unpaused) == set(result.real)
     assert written["modes"][0]["real"] == result.real and written["slice"]["requests"] == 60
     ratios = result.ratios()
     shares = list(result.others_cpu.values())
@@ -67,4 +69,5 @@ def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared_vllm, share
         # The fidelity goal is not met yet (docs/fidelity.md, "Left to do"): said in the summary with the
         # figures, never hidden; the harness checks above still fail the test outright.
         pytest.xfail(f"sim/vLLM outside tolerance: {off}; real {result.real}, sim {result.sim}, "
-                     f"load {result.load_avg}")
+                     f"load {result.load_avg}; {result.paused_requests} requests waited through a client pause, "
+                     f"real over the others {result.real_unpaused}")

@@ -78,6 +78,10 @@ class ModeResult:
     # Linux): the harness's own processes are left out, unlike in the load average.
     others_cpu: dict[str, float | None] = field(default_factory=dict)
     replay_steal: float | None = None  # the hypervisor's share of it during the replay (inside others_cpu)
+    # The measured figures over the requests whose wait for the first token no client pause reached
+    # (fidelity_load.PAUSE_S), and how many were reached.
+    real_unpaused: dict[str, float] = field(default_factory=dict)
+    paused_requests: int = 0
 
     def ratios(self) -> dict[str, float]:
         return {m: round(self.sim[m] / self.real[m], 3) if self.real[m] else float("nan") for m in METRICS}
@@ -257,6 +261,7 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
     progress(f"{name}: simulate", 1, 1)
     sim = percentiles(simulated["ttft_s"], simulated["itl_mean_s"])
     per_request = {"arrival_s": trace.arrival_s.tolist(), "isl": trace.isl.tolist(), "osl": trace.osl.tolist(),
+                   "paused": measured.paused.tolist() if measured.paused is not None else [],
                    "real_ttft_ms": _ms(measured.ttft_s), "real_itl_ms": _ms(measured.itl_mean_s),
                    "sim_ttft_ms": _ms(simulated["ttft_s"]), "sim_itl_ms": _ms(simulated["itl_mean_s"])}
     return ModeResult(name, measured.summary(), sim, int(measured.failed.sum()),
@@ -264,7 +269,9 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
                       [round(r, 1) for r in ready_s], measured.errors[:5],
                       server=_server_deltas(before, after), profile=_profile_points(profile),
                       per_request=per_request, sim_config=dict(sim_config),
-                      others_cpu={"profile": profile_others_cpu, "replay": cpu.share}, replay_steal=cpu.steal)
+                      others_cpu={"profile": profile_others_cpu, "replay": cpu.share}, replay_steal=cpu.steal,
+                      real_unpaused=measured.unpaused_summary(),
+                      paused_requests=int(measured.paused.sum()) if measured.paused is not None else 0)
 
 
 def profile_path(out: Path, mode: str) -> Path:

@@ -9,6 +9,11 @@ hits the prefix cache (or, disaggregated, another request's KV files).
 Each request is measured the way the simulator defines its figures (planner/sim/request_log.py): TTFT = first
 token received - request sent (the client's clock, so the API front end is inside it); ITL = the request's
 mean gap, (last token - first token) / (output tokens - 1).
+
+A watcher on the client's own event loop records every pause of at least ``PAUSE_S`` (the loop not run: on
+a virtual machine, mostly the hypervisor running other machines, which stops the server too). A request
+whose wait for its first token spans one is marked ``paused``; the summary over the others says what the
+engine did on a machine that was not stopped (docs/fidelity.md, the 11:05 run).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +31,7 @@ from planner.errors import UserError
 from planner.profiler.loadgen import (
     CONTINUOUS_USAGE,
     OPTIONAL_BODY,
+    LoopLag,
     RequestShape,
     StreamResult,
     make_client,
@@ -69,18 +75,40 @@ def trace_slice(spec: SliceSpec) -> RequestTrace:
     return RequestTrace(arrival, isl.astype(np.int64), osl.astype(np.int64), str(spec.trace), note)
 
 
+PAUSE_S = 0.05  # a loop that ran this late was stopped: 10x the watcher's interval, ~50x a light replay's lag
+
+
 @dataclass(frozen=True)
 class Measured:
-    """Per request, in trace order: client TTFT and mean ITL in seconds (NaN where it failed), and errors."""
+    """Per request, in trace order: client TTFT and mean ITL in seconds (NaN where it failed), errors, and
+    whether the client's loop paused while the request waited for its first token."""
 
     ttft_s: np.ndarray
     itl_mean_s: np.ndarray
     failed: np.ndarray
     errors: list[str]
     wall_s: float
+    paused: np.ndarray | None = None
 
     def summary(self) -> dict[str, float]:
         return percentiles(self.ttft_s, self.itl_mean_s)
+
+    def unpaused_summary(self) -> dict[str, float]:
+        """The same figures over the requests no pause reached before their first token."""
+        if self.paused is None:
+            return self.summary()
+        keep = ~self.paused
+        return percentiles(self.ttft_s[keep], self.itl_mean_s[keep])
+
+
+def paused_requests(results: list[StreamResult], pauses: list[tuple[float, float]]) -> np.ndarray:
+    """Per request, whether any pause (start, end) overlaps its wait from sending to its first token."""
+    out = np.zeros(len(results), dtype=bool)
+    for i, r in enumerate(results):
+        if not r.events_s:
+            continue
+        out[i] = any(start < r.events_s[0] and end > r.sent_s for start, end in pauses)
+    return out
 
 
 def percentiles(ttft_s: np.ndarray, itl_mean_s: np.ndarray) -> dict[str, float]:
@@ -123,9 +151,11 @@ async def _replay(url: str, trace: RequestTrace, model: str, vocab: int, seed: i
 
     async with make_client(url, len(prompts), 600.0) as client:
         start = time.perf_counter() + 0.5
-        await asyncio.gather(*(one(i, start + float(a)) for i, a in enumerate(trace.arrival_s)))
+        with LoopLag() as lag:
+            await asyncio.gather(*(one(i, start + float(a)) for i, a in enumerate(trace.arrival_s)))
         wall_s = time.perf_counter() - start
-    return _measured(results, trace, wall_s)
+    measured = _measured(results, trace, wall_s)
+    return replace(measured, paused=paused_requests(results, lag.pauses(PAUSE_S)))
 
 
 def _measured(results: list[StreamResult], trace: RequestTrace, wall_s: float) -> Measured:

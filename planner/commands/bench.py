@@ -179,7 +179,7 @@ def bench_fidelity(
 ) -> None:
     """Real vLLM (CPU build, tiny model) vs the simulator on the same trace slice: TTFT/ITL p50/p95."""
     from planner.bench import fidelity
-    from planner.bench.fidelity_load import SliceSpec
+    from planner.bench.fidelity_load import PAUSE_S, SliceSpec
     from planner.bench.sim import DEFAULT_TRACE
     from planner.commands.progress import phase_progress
 
@@ -202,6 +202,8 @@ def bench_fidelity(
     console.print(fidelity.table(results))
     console.print(f"trade-off (ITL p95 down, TTFT p50 up with disaggregation): {fidelity.tradeoff(results)}")
     for r in results:
+        console.print(f"{r.mode}: {r.paused_requests} requests waited through a pause of the client's loop "
+                      f"(>= {PAUSE_S * 1e3:.0f} ms); vLLM over the others: {r.real_unpaused}")
         console.print(f"{r.mode}: {r.failed} failed, load average {r.load_avg}, other jobs' CPU share "
                       f"{r.others_cpu} (hypervisor steal in the replay {r.replay_steal}), replay {r.wall_s} s, ready {r.servers_ready_s} s")
     console.print(f"wrote {out}")

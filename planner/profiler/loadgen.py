@@ -200,13 +200,20 @@ class LoopLag:
     def __init__(self, interval_s: float = 0.005) -> None:
         self.interval_s = interval_s
         self.lags_s: list[float] = []
+        self.woke_s: list[float] = []  # when each lag was measured (perf_counter), beside lags_s
         self._task: asyncio.Task[None] | None = None
 
     async def _watch(self) -> None:
         while True:
             start = time.perf_counter()
             await asyncio.sleep(self.interval_s)
-            self.lags_s.append(max(0.0, time.perf_counter() - start - self.interval_s))
+            now = time.perf_counter()
+            self.lags_s.append(max(0.0, now - start - self.interval_s))
+            self.woke_s.append(now)
+
+    def pauses(self, at_least_s: float) -> list[tuple[float, float]]:
+        """(start, end) perf_counter times of every stretch the loop did not run for ``at_least_s`` or more."""
+        return [(woke - lag, woke) for woke, lag in zip(self.woke_s, self.lags_s, strict=True) if lag >= at_least_s]
 
     def __enter__(self) -> LoopLag:
         self._task = asyncio.get_running_loop().create_task(self._watch())
