@@ -241,6 +241,36 @@ def test_the_servers_itl_counters_are_read_from_its_metrics(emulator: EmulatorPr
     assert mean_s is not None and mean_s * 1e3 == pytest.approx(expected_ms, rel=0.2)
 
 
+def test_a_decode_batch_waits_for_the_server_to_be_idle(emulator: EmulatorProcess) -> None:
+    """A stream still running on the server (as one a previous run closed early may be, until the server
+    aborts it) holds a batch slot: wait_idle sees it in the server's gauges, times out while it runs and
+    returns 0 once it has ended. A server without the gauges is not waited for."""
+    import asyncio
+
+    from planner.profiler.endpoint_server import counters, wait_idle
+    from planner.profiler.loadgen import RequestShape, make_client, stream_completion
+
+    async def around_a_stream() -> tuple[float | None, float | None, float | None, float]:
+        async with make_client(emulator.url, 2, 60.0) as client:
+            shape = RequestShape("qwen3-32b", {"include_usage": True}, {})
+            running = asyncio.ensure_future(stream_completion(client, shape, "hello " * 50, 200))
+            while not (await counters(client)).in_flight:
+                await asyncio.sleep(0.01)
+            busy = await wait_idle(client, timeout_s=0.05)
+            started = asyncio.get_running_loop().time()
+            idle = await wait_idle(client, timeout_s=60.0)
+            waited_s = asyncio.get_running_loop().time() - started
+            assert running.done() and running.result().completion_tokens == 200
+        async with make_client(f"http://127.0.0.1:{free_port()}", 1, 5.0) as nobody:
+            none = await wait_idle(nobody, timeout_s=5.0)  # no /metrics at all: nothing to wait for
+        return busy, idle, none, waited_s
+
+    busy, idle, none, waited_s = asyncio.run(around_a_stream())
+    assert busy is not None and busy >= 1
+    assert idle == 0 and waited_s > 0.05
+    assert none is None
+
+
 @pytest.mark.parametrize(("misreads", "measured"), [(1, True), (3, False)], ids=["once-then-clean", "every-time"])
 def test_a_misread_decode_point_is_run_again_then_skipped(monkeypatch: pytest.MonkeyPatch, misreads: int,
                                                            measured: bool) -> None:

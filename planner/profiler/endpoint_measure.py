@@ -14,6 +14,7 @@ server failing point after point (5xx, broken streams) ends the sweep with an er
 
 from __future__ import annotations
 
+import asyncio
 import math
 import statistics
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from planner.errors import UserError
-from planner.profiler.endpoint_server import Counters, ServerInfo, counters
+from planner.profiler.endpoint_server import Counters, ServerInfo, counters, wait_idle
 from planner.profiler.loadgen import LoopLag, RequestShape, StreamResult, run_streams, stream_completion
 from planner.profiler.prompts import PromptMaker, close_enough
 from planner.profiler.steady import Window, steady_window
@@ -39,7 +40,11 @@ CLIENT_LAG_SHARE = 0.1  # the client's median event-loop lag above this share of
 # tokens more slowly than the server makes them without falling behind, so a reading well above the mean (1.5x;
 # batch-1 readings 2-3x vLLM's own ITL were seen on a starved machine) was set by the client, not the server.
 SERVER_ITL_FLOOR = 0.1
-MISREAD_ATTEMPTS = 3  # runs of a decode point whose reading fell under the floor before it is skipped
+# A decode batch starts on an idle server (endpoint_server.wait_idle): at most this long for the streams of an
+# earlier run, closed early by the client, to be aborted by the server.
+IDLE_WAIT_S = 15.0
+MISREAD_ATTEMPTS = 3
+MISREAD_BACKOFF_S = 1.0  # before the n-th run again, n times this  # runs of a decode point whose reading fell under the floor before it is skipped
 SERVER_ITL_CEILING = 1.5
 
 
@@ -232,6 +237,7 @@ class Sweeper:
             raise PointSkipped(f"{where}: needs {batch * (prompt + want)} KV tokens, the server holds {kv}",
                                queued=True)
         for attempt in range(MISREAD_ATTEMPTS):
+            await wait_idle(self.client, IDLE_WAIT_S)  # the server's counters over this run only
             before = await counters(self.client)
             window = await self._decode_run(where, batch, ctx, prompt)
             after = await counters(self.client)
@@ -244,6 +250,8 @@ class Sweeper:
             except PointSkipped:  # a misread (merged chunks) on a moment's starvation: run the batch again
                 if attempt == MISREAD_ATTEMPTS - 1:
                     raise
+                # Starvation comes in spells (other jobs, the host's steal): let this one pass first.
+                await asyncio.sleep(MISREAD_BACKOFF_S * (attempt + 1))
         if timed:
             point.samples_ms.append(itl_s * 1e3)
             point.mean_contexts.append(window.mean_context_tokens)
@@ -267,6 +275,10 @@ class Sweeper:
         still never decodes all at once was queued by the server."""
         steps = 0
         for _attempt in range(DECODE_ATTEMPTS):
+            left = await wait_idle(self.client, IDLE_WAIT_S)
+            if left:
+                self.out.notes.append(f"{where}: {left:g} requests were still in flight on the server after "
+                                      f"{IDLE_WAIT_S:g} s; measured beside them")
             max_tokens = self._max_tokens(batch, ctx, prompt)
             prompts = [self.prompts.make(prompt) for _ in range(batch)]
             with LoopLag() as lag:

@@ -11,6 +11,7 @@ Read once before a sweep, each from where the engines expose it (absent ones bec
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ SGLANG_FLAGS = ("version", "tp_size", "dp_size", "max_running_requests", "max_to
                 "chunked_prefill_size", "context_length", "disable_radix_cache", "attention_backend",
                 "model_path", "mem_fraction_static")
 PREEMPTIONS = "vllm:num_preemptions"
+IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")  # gauges
 ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
 
 
@@ -179,6 +181,7 @@ class Counters:
     preemptions: float | None = None
     itl_sum_s: float | None = None
     itl_count: float | None = None
+    in_flight: float | None = None  # requests running or waiting in the engine now
 
     def itl_mean_s_since(self, before: Counters) -> float | None:
         """The server's own mean inter-token latency between ``before`` and these counters."""
@@ -202,5 +205,24 @@ async def counters(client: httpx.AsyncClient) -> Counters:
         families = list(text_string_to_metric_families(response.text))
     except ValueError:
         return Counters()
+    gauges = [_total(families, name, "") for name in IN_FLIGHT]
+    in_flight = None if any(g is None for g in gauges) else sum(g for g in gauges if g is not None)
     return Counters(_total(families, PREEMPTIONS, "_total"), _total(families, ITL_HISTOGRAM, "_sum"),
-                    _total(families, ITL_HISTOGRAM, "_count"))
+                    _total(families, ITL_HISTOGRAM, "_count"), in_flight)
+
+
+async def wait_idle(client: httpx.AsyncClient, timeout_s: float, poll_s: float = 0.1) -> float | None:
+    """Wait until the server runs and queues no request (its gauges), at most ``timeout_s``. Returns the
+    requests still in flight then (0 when idle; None where the server does not export the gauges).
+
+    A batch must start on an idle server: streams a previous run closed early are aborted by the server only
+    when it notices, and at ``--max-num-seqs`` equal to the batch one of them left running queues the
+    newest stream, so the point reads as "queued" (seen with vLLM's CPU build in CI)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        now = await counters(client)
+        if now.in_flight is None or now.in_flight <= 0:
+            return now.in_flight
+        if asyncio.get_running_loop().time() >= deadline:
+            return now.in_flight
+        await asyncio.sleep(poll_s)
