@@ -15,6 +15,7 @@ from planner.errors import UserError
 from planner.forecast import heldout, make_forecaster
 from planner.forecast.heldout import EvalCase, Row
 from planner.sim.series import load_eval_series
+from planner.sim.workers import process_context
 
 DAY_S = 86_400.0
 # The models a tick could run in production (the cheap ones and the statsmodels ones), when none are named.
@@ -125,7 +126,7 @@ def held_out(console: Console, traces: Path, which: str, workers: int) -> dict[s
     """Score every case of every group (in ``workers`` processes), print one table per group and a verdict."""
     report: dict[str, object] = {}
     for title, cases in held_out_groups(traces, which).items():
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=process_context()) as pool:
             rows = list(pool.map(_score, cases))
         held_out_table(console, title, rows)
         worst = max(rows, key=lambda r: r.auto)

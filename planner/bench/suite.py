@@ -1,16 +1,15 @@
 """`planner bench suite`: every scenario of planner/sim/suite.py backtested, with the planner's and Dynamo's
 frontiers, in one command; one table, suite.json and per-scenario reports.
 
-Work is cut into independent tasks, spread over forked worker processes (every core): one backtest per
+Work is cut into independent tasks, spread over worker processes (every core): one backtest per
 scenario (the planner, the baselines, the lower bound and the offline schedule) and one replay per
 frontier point. Backtests go first, longest trace first, and the short frontier points fill in behind,
-so the cores finish together. Traces and profiles are built once, before the fork, and shared.
+so the cores finish together. Traces and profiles are built once, in the parent, and sent to each worker once.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import threading
 import time
@@ -30,6 +29,7 @@ from planner.sim.backtest import run_backtest, sim_setup
 from planner.sim.baselines.registry import DEFAULT_BASELINES
 from planner.sim.frontier import DYNAMO, PLANNER, SweepJob, assemble, knobs, offline_seed_quantiles, run_point
 from planner.sim.traces import RequestTrace
+from planner.sim.workers import process_context
 
 FRONTIER_POLICIES = (PLANNER, *DYNAMO)  # the targets compare these; static and reactive: `backtest --frontier`
 OFFLINE_SIMULATIONS = {False: 24, True: 8}  # full, quick
@@ -44,7 +44,7 @@ class Inputs:
     warmup_s: float
 
 
-# Set in the parent before the fork; the workers read them.
+# Set in the parent, and in each worker by its initializer; the workers read them.
 _INPUTS: dict[str, Inputs] = {}
 _QUICK = False
 _QUEUE: Any = None  # a SimpleQueue carrying progress from the workers
@@ -69,11 +69,12 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     tasks = _tasks(quick)
     console.print(f"suite: {len(chosen)} scenarios, {len(tasks)} tasks on {workers} worker processes"
                   f"{' (quick)' if quick else ''}")
-    ctx = mp.get_context("fork")
+    ctx = process_context()
     _QUEUE = ctx.SimpleQueue()
     results: dict[tuple, Any] = {}
     cpu_s: dict[tuple, float] = {}
-    with ctx.Pool(max(1, min(workers, len(tasks)))) as pool:  # forked before any thread starts
+    with ctx.Pool(max(1, min(workers, len(tasks))), initializer=_init_worker,
+                  initargs=(dict(_INPUTS), quick, _QUEUE)) as pool:
         with _Progress(console, tasks) as bar:
             for task, value, cpu in pool.imap_unordered(_run_task, tasks):
                 results[task], cpu_s[task] = value, cpu
@@ -83,6 +84,12 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     doc["cpu_s"] = _cpu_summary(cpu_s, workers, time.process_time() - c0)
     _write(doc, out)
     return doc
+
+
+def _init_worker(inputs: dict[str, Inputs], quick: bool, queue: Any) -> None:
+    global _QUICK, _QUEUE
+    _INPUTS.update(inputs)
+    _QUICK, _QUEUE = quick, queue
 
 
 def _tasks(quick: bool) -> list[tuple]:

@@ -14,13 +14,12 @@ its own headroom knob is turned. Knobs, values listed from least to most headroo
 
 Every point replays the same trace with the same warm-up and starting replicas as the backtest it extends;
 the backtest's own run of a policy is that policy's point at its default value and is not replayed again.
-Points are independent replays, so they run on worker processes (fork: the trace is shared, not copied).
+Points are independent replays, so they run on worker processes (planner/sim/workers.py).
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from planner.sim.baselines.registry import REGISTRY, BaselineContext
 from planner.sim.baselines.static import StaticController
 from planner.sim.cluster import SimConfig
 from planner.sim.envelope import RANGE, compare
+from planner.sim.workers import process_context
 from planner.types import Controller
 
 PLANNER = "planner"
@@ -124,7 +124,7 @@ _BUILDERS: dict[str, Callable[[BaselineContext, float], Controller]] = {
 # ------------------------------------------------------------------------------------------------ sweep
 @dataclass(frozen=True)
 class SweepJob:
-    """What every point is replayed against (shared with worker processes by fork)."""
+    """What every point is replayed against (sent once to each worker process)."""
 
     context: BaselineContext
     config: SimConfig
@@ -160,7 +160,7 @@ def point_entry(summary: Mapping, knob: Knob, value: float) -> dict:
 
 
 def sweep(job: SweepJob, tasks: Sequence[Task], workers: int = 1, progress: Progress | None = None) -> dict[Task, dict]:
-    """Replay every task; ``workers`` > 1 runs them on that many forked processes. The results do not depend
+    """Replay every task; ``workers`` > 1 runs them on that many worker processes. The results do not depend
     on ``workers`` (each replay is deterministic and independent)."""
     done: dict[Task, dict] = {}
     if progress:
@@ -172,7 +172,7 @@ def sweep(job: SweepJob, tasks: Sequence[Task], workers: int = 1, progress: Prog
             if progress:
                 progress(len(done), len(tasks))
         return done
-    with mp.get_context("fork").Pool(min(workers, len(tasks)), initializer=_init_worker, initargs=(job,)) as pool:
+    with process_context().Pool(min(workers, len(tasks)), initializer=_init_worker, initargs=(job,)) as pool:
         for task, entry in pool.imap_unordered(_run_in_worker, tasks):
             done[task] = entry
             if progress:

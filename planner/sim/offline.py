@@ -271,15 +271,15 @@ def _judge_in_worker(plan: TargetPlan) -> Judged:
 
 
 class _Judge:
-    """Judges candidates one at a time, or several at once on worker processes (fork: the trace is shared)."""
+    """Judges candidates one at a time, or several at once on worker processes (the job is sent to each once)."""
 
     def __init__(self, job: OfflineJob, workers: int) -> None:
         self.job = job
         self.pool = None
         if workers > 1:
-            import multiprocessing as mp
+            from planner.sim.workers import process_context
 
-            self.pool = mp.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(job,))
+            self.pool = process_context().Pool(workers, initializer=_init_worker, initargs=(job,))
 
     def many(self, plans: Sequence[TargetPlan]) -> list[Judged]:
         if self.pool is None or len(plans) < 2:
