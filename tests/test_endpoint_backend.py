@@ -305,3 +305,16 @@ def test_a_misread_decode_point_is_run_again_then_skipped(monkeypatch: pytest.Mo
     assert calls["n"] >= 2 * (misreads + 1)  # the misread run, then the clean one
     assert [p.batch for p in profile.decode[0].points] == [1]
     assert all(0 < p.itl_ms < 1000 for p in profile.decode[0].points)
+
+
+def test_a_queued_point_says_what_its_last_run_saw() -> None:
+    from planner.profiler.endpoint_measure import queue_evidence
+    from planner.profiler.loadgen import StreamResult
+
+    done = StreamResult(10.0, events_s=[10.05, 10.1, 10.3], tokens=[1, 2, 3])
+    late = StreamResult(10.0, events_s=[10.8], tokens=[1], closed_early=True)
+    never = StreamResult(10.01, closed_early=True)
+    text = queue_evidence([done, late, never], 0.0)
+    assert text == ("last run: 2 of 3 streams had a first token, between +0.05 s and +0.80 s, the first stream "
+                    "done at +0.30 s, 2 closed early, 0 requests in flight on the server before it")
+    assert "in flight" not in queue_evidence([done], None)

@@ -29,7 +29,7 @@ PROFILE = REPO / "profiles" / "h200" / "qwen3-8b.json"
 def root_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    quiet = {n: logging.getLogger(n).level for n in ("urllib3.connectionpool", "urllib3.util.retry")}
+    quiet = {n: logging.getLogger(n).level for n in ("urllib3.connectionpool", "urllib3.util.retry", "httpx")}
     yield
     for h in list(root.handlers):
         root.removeHandler(h)
@@ -48,6 +48,16 @@ def test_json_lines(root_logging: None) -> None:
     record = json.loads(line)
     assert (record["level"], record["logger"], record["message"]) == ("WARNING", "planner.loop", "policy p: held")
     assert "time" in record
+
+
+def test_httpx_request_lines_are_left_out_and_its_warnings_kept(root_logging: None) -> None:
+    stream = io.StringIO()
+    setup_logging(logging.INFO, "text", stream)
+    logging.getLogger("httpx").info('HTTP Request: GET http://127.0.0.1:1/health "HTTP/1.1 200 OK"')
+    logging.getLogger("httpx").warning("a warning")
+    logging.getLogger("planner.loop").info("tick")
+    lines = stream.getvalue().splitlines()
+    assert [line.split(": ", 1)[1] for line in lines] == ["a warning", "tick"]
 
 
 def test_bad_log_format_is_exit_2(capsys: pytest.CaptureFixture) -> None:

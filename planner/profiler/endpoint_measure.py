@@ -31,6 +31,7 @@ from planner.profiler.steady import Window, steady_window
 FAILURES_IN_A_ROW = 3  # points failing with 5xx / broken streams before the server counts as down
 PREFILL_CHUNK_GUESS = 2048  # tokens per engine iteration assumed before a batch was seen (vLLM's smallest)
 DECODE_ATTEMPTS = 4  # runs of one decode point before its streams count as queued by the server
+QUEUED_GROWTH = 4  # after a run whose streams never all decoded at once, room for this many times the tokens
 CLIENT_LAG_SHARE = 0.1  # the client's median event-loop lag above this share of the ITL gets a note
 # The client's steady-window ITL against the server's own mean over the same runs (vLLM's exact histogram
 # _sum/_count). The server's mean also counts the slow steps that carry the other streams' prefill chunks
@@ -273,7 +274,7 @@ class Sweeper:
         """One batch. When the window held fewer tokens than asked, or none (streams that reached the server
         late, after others had finished), again with room for the tokens that came before it; a batch that
         still never decodes all at once was queued by the server."""
-        steps = 0
+        steps, evidence = 0, ""
         for _attempt in range(DECODE_ATTEMPTS):
             left = await wait_idle(self.client, IDLE_WAIT_S)
             if left:
@@ -289,11 +290,13 @@ class Sweeper:
             window = steady_window(results, counted)
             if window is None:
                 # One stream ended before another began (they reached the server spread out, e.g. on a busy
-                # client): room for twice as many tokens first, so a late arrival of any length is caught
-                # within a few attempts rather than creeping up by one run's worth each time.
+                # client or a starved API process): room for four times as many tokens first, so a late
+                # arrival of any length is caught within a few attempts (up to max_model_len) rather than
+                # creeping up by one run's worth each time.
                 seen = max((r.tokens[-1] for r in results if r.tokens), default=0)
-                self._decode_before[(batch, ctx)] = 2 * max(seen, max_tokens)
+                self._decode_before[(batch, ctx)] = QUEUED_GROWTH * max(seen, max_tokens)
                 steps = 0
+                evidence = queue_evidence(results, left)
             else:
                 self._decode_before[(batch, ctx)] = window.tokens_before
                 steps = window.steps
@@ -304,7 +307,8 @@ class Sweeper:
                 break
         if steps == 0:
             raise PointSkipped(f"{where}: the server queued some of the {batch} streams (fewer slots or less KV "
-                               "cache than the batch needs), so it did not run them all at once", queued=True)
+                               f"cache than the batch needs), so it did not run them all at once ({evidence})",
+                               queued=True)
         raise PointSkipped(f"{where}: every stream decoding at once for only {steps} tokens "
                            f"(asked {self.plan.decode_tokens}; max_model_len {self.plan.max_model_len})")
 
@@ -314,3 +318,20 @@ class Sweeper:
         if lag.median_s > CLIENT_LAG_SHARE * window.itl_s and not any(n.startswith(flagged) for n in self.out.notes):
             self.out.notes.append(f"{flagged} {lag.median_s * 1e3:.1f} ms late (median) against an ITL of "
                                   f"{window.itl_s * 1e3:.1f} ms: the client may have limited this point")
+
+
+def queue_evidence(results: list[StreamResult], in_flight_before: float | None) -> str:
+    """What the last run of a queued point saw, for its note: when the streams' first tokens came, when the
+    first stream ended, and what the server was running before the run."""
+    sent = min(r.sent_s for r in results)
+    firsts = sorted(r.events_s[0] - sent for r in results if r.events_s)
+    ends = [r.events_s[-1] - sent for r in results if r.events_s and not r.closed_early]
+    parts = [f"last run: {len(firsts)} of {len(results)} streams had a first token"]
+    if firsts:
+        parts.append(f"between +{firsts[0]:.2f} s and +{firsts[-1]:.2f} s")
+    if ends:
+        parts.append(f"the first stream done at +{min(ends):.2f} s")
+    parts.append(f"{sum(r.closed_early for r in results)} closed early")
+    if in_flight_before is not None:
+        parts.append(f"{in_flight_before:g} requests in flight on the server before it")
+    return ", ".join(parts)

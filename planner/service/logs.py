@@ -4,7 +4,9 @@
 Client-library retry chatter is silenced: urllib3 logs a WARNING for every retry of a failed connection
 (the Prometheus source retries connection errors once), and the kubernetes client's urllib3 pool does the
 same, so one outage read as a burst of lines before the planner's own one line ("Prometheus unreachable
-...; holding"), which says everything they say. Errors from those libraries still come through.
+...; holding"), which says everything they say. Errors from those libraries still come through. httpx
+logs every request at INFO (readiness probes, drains and the router make several a second); its warnings
+still come through.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 FORMATS = ("text", "json")
 TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 QUIET = ("urllib3.connectionpool", "urllib3.util.retry", "kubernetes.client.rest")
+PER_REQUEST = ("httpx",)
 
 
 def setup_logging(level: int, fmt: str = "text", stream: object = None) -> logging.Handler:
@@ -37,4 +40,6 @@ def setup_logging(level: int, fmt: str = "text", stream: object = None) -> loggi
     root.setLevel(level)
     for name in QUIET:
         logging.getLogger(name).setLevel(max(level, logging.ERROR))
+    for name in PER_REQUEST:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
     return handler
