@@ -116,13 +116,11 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     seed_groups = [{f"planner quantile {q:g}": planner_run(ctx, forecaster, with_quantile(policy, q))
                     for q in seed_quantiles}, {FREE_NAME: free_clairvoyant_run(ctx)}]
     seed_replays = {name: score_run(run, ctx, config)[1] for group in seed_groups for name, run in group.items()}
-    offline = _offline(ctx, config, {**replays, **seed_replays}, runs, offline_simulations, progress, workers,
+    offline = offline_search(ctx, config, {**replays, **seed_replays}, runs, offline_simulations, progress, workers,
                        seed_groups)
     timings["offline_search"] = round(time.perf_counter() - t0, 2)
     ctx = replace(ctx, schedule=offline)
-    late = [(REGISTRY[b].build(ctx), b) for b in chosen if REGISTRY[b].needs_schedule]
-    late_runs = [(c, REGISTRY[b].window_s(c, ctx), REGISTRY[b].starting_replicas(c, ctx)) for c, b in late]
-    more, more_replays = _replay_all(late_runs, ctx, config, progress)
+    more, more_replays = schedule_baselines(ctx, config, chosen, progress)
     policies.update(more)
     replays.update(more_replays)
     report = {
@@ -138,6 +136,15 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, basel
     report["checks"] = yardstick_checks(report)
     replays["offline"] = offline.replay
     return BacktestResult(report, replays, trace, ctx, config)
+
+
+def schedule_baselines(ctx: BaselineContext, config: SimConfig, chosen: Sequence[str],
+                       progress: Callable[[str, float, float], None] | None = None
+                       ) -> tuple[dict[str, dict], dict[str, Replay]]:
+    """The baselines of ``chosen`` built from ``ctx.schedule`` (static holds its peak), replayed."""
+    late = [(REGISTRY[b].build(ctx), b) for b in chosen if REGISTRY[b].needs_schedule]
+    late_runs = [(c, REGISTRY[b].window_s(c, ctx), REGISTRY[b].starting_replicas(c, ctx)) for c, b in late]
+    return _replay_all(late_runs, ctx, config, progress)
 
 
 def sim_setup(trace: RequestTrace, profile: Profile, policy: Policy, *, startup_s: float | None = None,
@@ -157,7 +164,7 @@ def sim_setup(trace: RequestTrace, profile: Profile, policy: Policy, *, startup_
     return BaselineContext(policy, profile, trace, initial, None, warmup_s, startup, dynamo_predictor), config
 
 
-def _offline(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay], runs: list[Run],
+def offline_search(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay], runs: list[Run],
              max_simulations: int, progress: Callable[[str, float, float], None] | None,
              workers: int, seed_groups: Sequence[Mapping[str, Run]] = ()) -> OfflineSchedule:
     """The offline schedule, seeded from what every policy of the run asked for, and from each of
@@ -189,14 +196,18 @@ def _offline(ctx: BaselineContext, config: SimConfig, replays: dict[str, Replay]
 
 
 def _references(bound: LowerBound, offline: OfflineSchedule, policy: Policy, duration_s: float) -> dict:
+    return {"lower_bound": bound.to_report(), "offline": offline_reference(offline, policy, duration_s)}
+
+
+def offline_reference(offline: OfflineSchedule, policy: Policy, duration_s: float) -> dict:
+    """The report's ``references.offline``: the fields of a policy, and how the schedule was found."""
     scores = summarise(offline.replay, policy, duration_s)
-    return {"lower_bound": bound.to_report(),
-            "offline": {**scores, "method": offline.method, "simulations": offline.simulations,
-                        "seeded_from": offline.seeded_from, "grid_s": offline.plan.grid_s,
-                        "target_attainment": round(offline.target, 5),
-                        "percentile_reachable": offline.reachable >= policy.sla.percentile / 100.0,
-                        "reachable_attainment": round(offline.reachable, 5),
-                        "peak_over_window": offline.peak(offline.replay.score_from_s)}}
+    return {**scores, "method": offline.method, "simulations": offline.simulations,
+            "seeded_from": offline.seeded_from, "grid_s": offline.plan.grid_s,
+            "target_attainment": round(offline.target, 5),
+            "percentile_reachable": offline.reachable >= policy.sla.percentile / 100.0,
+            "reachable_attainment": round(offline.reachable, 5),
+            "peak_over_window": offline.peak(offline.replay.score_from_s)}
 
 
 def dominates(point: Mapping, reference: Mapping) -> bool:

@@ -225,6 +225,14 @@ def run_frontier(result: BacktestResult, forecaster: str | None = None, policies
                  quick: bool = False, workers: int = 1, progress: Progress | None = None) -> dict:
     """The frontier of ``policies`` (default: the planner and every sweepable policy of the backtest) on
     the backtest's trace, with its references; the backtest's own runs are the default points."""
+    knob_set, points = frontier_points(result, forecaster, policies, quick, workers, progress)
+    return assemble(result.report, knob_set, points)
+
+
+def frontier_points(result: BacktestResult, forecaster: str | None = None, policies: Sequence[str] | None = None,
+                    quick: bool = False, workers: int = 1, progress: Progress | None = None
+                    ) -> tuple[dict[str, Knob], dict[Task, dict]]:
+    """The knobs swept and every point replayed (run_frontier's arguments)."""
     if result.context is None or result.config is None:
         raise ValueError("run_frontier needs a BacktestResult from run_backtest (context and config)")
     ctx = result.context
@@ -236,5 +244,4 @@ def run_frontier(result: BacktestResult, forecaster: str | None = None, policies
         raise UserError(f"frontier: no knob for {', '.join(unknown)}; sweepable: {', '.join(every)}", key="frontier")
     knob_set = {p: k for p, k in every.items() if p in chosen}  # in the knobs' order, whatever was asked
     job = SweepJob(ctx, result.config, forecaster, knob_set)
-    points = sweep(job, frontier_tasks(knob_set, report["policies"]), workers, progress)
-    return assemble(report, knob_set, points)
+    return knob_set, sweep(job, frontier_tasks(knob_set, report["policies"]), workers, progress)
