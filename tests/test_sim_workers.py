@@ -48,5 +48,9 @@ def test_the_replay_pool_does_not_inherit_it(lock_held_by_a_thread) -> None:
     assert _parse_in_pool(process_context(), wait_s=90.0).tm_year == 2024
 
 
-def test_the_context_is_never_a_plain_fork() -> None:
+def test_a_plain_fork_only_where_no_other_thread_runs(lock_held_by_a_thread) -> None:
+    assert threading.active_count() > 1
     assert process_context().get_start_method() in ("forkserver", "spawn")
+    assert process_context(threads=2).get_start_method() in ("forkserver", "spawn")
+    # A single-threaded caller keeps fork: its script needs no __main__ guard, and nothing can be held.
+    assert process_context(threads=1).get_start_method() == "fork"
