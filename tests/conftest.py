@@ -106,9 +106,7 @@ def lint_runs(request: pytest.FixtureRequest) -> dict[tuple[str, ...], tuple[sub
 
 # Modules that send the shared server requests no ledger holds (a profile, a replay) run after the modules that
 # check its cumulative metrics against the ledger, and before the one that stops it for the disaggregated pair.
-# test_engine_endpoint.py starts a server of its own, so it keeps its place, before the shared one starts:
-# two engines at once on 2 cores starve each other's API process.
-SHARED_SERVER_LAST_USERS = ("test_engine_fidelity.py",)
+SHARED_SERVER_LAST_USERS = ("test_engine_endpoint.py", "test_engine_fidelity.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
