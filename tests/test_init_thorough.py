@@ -74,7 +74,10 @@ def test_thorough_init_measures_the_server_and_writes_what_to_deploy(server, ref
     assert prefill == sorted(prefill)  # longer prompts take longer
     for ctx in SMALL["context_grid"]:
         itl = [p.itl_ms for p in profile.decode[0].points if p.context_tokens == ctx]
-        assert len(itl) == len(SMALL["batch_grid"]) and itl == sorted(itl)  # bigger batches step slower
+        # Bigger batches do not step faster. At batch 1 and 4 the served profile's steps are within 0.1 % of each
+        # other (memory-bound), so measurement noise may swap them: 2 % is allowed (CI, 19.665 then 19.655 ms).
+        assert len(itl) == len(SMALL["batch_grid"]) and all(b >= 0.98 * a for a, b in zip(itl, itl[1:], strict=False)), itl
+        assert itl[-1] > itl[0], itl
     # Measured, not copied: the curves are the served profile's, within 15 % (test_endpoint_backend.py holds
     # the backend itself to 10 %; a loaded 2-core machine adds a few ms of HTTP to each point).
     errors = relative_errors(reference[1], profile, time_scale=TIME_SCALE)
