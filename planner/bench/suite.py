@@ -28,7 +28,7 @@ from planner.sim import suite
 from planner.sim.backtest import BacktestResult, run_backtest, sim_setup
 from planner.sim.baselines.registry import DEFAULT_BASELINES
 from planner.sim.frontier import DYNAMO, PLANNER, SweepJob, assemble, knobs, offline_seed_quantiles, run_point
-from planner.sim.reseed import point_name, reseed_offline
+from planner.sim.reseed import describe, point_name, reseed_offline
 from planner.sim.traces import RequestTrace
 from planner.sim.workers import process_context
 
@@ -230,9 +230,7 @@ def _reseed(console: Console, results: dict[tuple, Any], quick: bool, workers: i
         results[("backtest", name)] = better.report
         results[("reseeded", name)] = [point_name(p) for p in dominating]
         after = better.report["references"]["offline"]
-        console.print(f"{name}: offline schedule searched again from {', '.join(map(point_name, dominating))} "
-                      f"(they beat it on both axes): {before['attainment_joint']:.2%} on {before['gpu_hours']:.2f} "
-                      f"GPU-h -> {after['attainment_joint']:.2%} on {after['gpu_hours']:.2f}", highlight=False)
+        console.print(f"{name}: {describe(results[('reseeded', name)], before, after)}", highlight=False)
 
 
 def _frontier_knobs(inp: Inputs, quick: bool) -> dict:

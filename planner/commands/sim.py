@@ -142,7 +142,7 @@ def _frontier(console: Console, result: BacktestResult, forecaster: str | None, 
               offline_simulations: int) -> tuple[dict, BacktestResult]:
     """The frontier; when points beat the offline schedule, the schedule searched again from them (the
     result then carries the new reference)."""
-    from planner.sim.reseed import frontier_reseeded
+    from planner.sim.reseed import describe, frontier_reseeded
 
     t0 = time.perf_counter()
     before = result.report["references"]["offline"]
@@ -153,9 +153,7 @@ def _frontier(console: Console, result: BacktestResult, forecaster: str | None, 
     result.report["timings_s"]["frontier"] = round(time.perf_counter() - t0, 2)
     if front.get("reseeded_from"):
         after = result.report["references"]["offline"]
-        console.print(f"offline schedule searched again from {', '.join(front['reseeded_from'])} (they beat it on "
-                      f"both axes): {before['attainment_joint']:.2%} on {before['gpu_hours']:.2f} GPU-h -> "
-                      f"{after['attainment_joint']:.2%} on {after['gpu_hours']:.2f}", highlight=False)
+        console.print(describe(front["reseeded_from"], before, after), highlight=False)
     for d in front.get("points_dominating_offline", []):
         console.print(f"[bold red]BROKEN YARDSTICK:[/] {d['policy']} at {d['knob']} {d['value']:g} "
                       f"({d['attainment_joint']:.2%} on {d['gpu_hours']:.2f} GPU-h) beats the offline schedule on "

@@ -32,6 +32,13 @@ def point_name(point: Mapping) -> str:
     return f"{point['policy']} {point['knob']} {point['value']:g}"
 
 
+def describe(names: Sequence[str], before: Mapping, after: Mapping) -> str:
+    """The one line a console prints when the offline schedule was searched again."""
+    return (f"offline schedule searched again from {', '.join(names)} (they beat it on both axes): "
+            f"{before['attainment_joint']:.2%} on {before['gpu_hours']:.2f} GPU-h -> "
+            f"{after['attainment_joint']:.2%} on {after['gpu_hours']:.2f}")
+
+
 def reseed_offline(result: BacktestResult, knob_set: Mapping[str, Knob], dominating: Sequence[Mapping],
                    forecaster: str | None, max_simulations: int, workers: int = 1) -> BacktestResult | None:
     """``result`` with the offline schedule searched again from the ``dominating`` frontier points (entries of
