@@ -4,6 +4,7 @@ engine test module that needs one)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -22,6 +23,26 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 # The shared/ folder beside the checkout; PLANNER_SHARED_DIR points elsewhere (a worktree whose parent lacks it).
 SHARED = Path(os.environ.get("PLANNER_SHARED_DIR") or REPO.parent / "shared")
+
+
+@pytest.fixture(autouse=True)
+def root_logging() -> Iterator[None]:
+    """Each test leaves the root logger as it found it. `planner run` (through the CLI, in-process) installs a
+    handler on the stream that is sys.stderr at that moment: pytest's capture of that one test, closed after
+    it, so a later test's background thread logging through it printed '--- Logging error ---' tracebacks."""
+    from planner.service.logs import PER_REQUEST, QUIET
+
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    quiet = {n: logging.getLogger(n).level for n in (*QUIET, *PER_REQUEST)}
+    yield
+    # pytest's own capture handlers come and go per phase (setup, call, teardown): left to pytest.
+    for h in list(root.handlers):
+        if h not in before and type(h).__module__ != "_pytest.logging":
+            root.removeHandler(h)
+    root.setLevel(level)
+    for n, lvl in quiet.items():
+        logging.getLogger(n).setLevel(lvl)
 
 
 @pytest.fixture(scope="session")

@@ -140,15 +140,18 @@ def _engines(ports: dict[str, int]) -> dict[str, object]:
                                    port=ports[role]).start() for role in ("prefill", "decode")}
 
 
-def _traffic(urls: list[str], stop: threading.Event) -> None:
+def _traffic(url: str, stop: threading.Event) -> None:
+    """One client per engine, one request at a time. 48 output tokens: the decode pool's SLA-model need (its
+    ITL target is below the profile's batch-1 step, so it sizes for one stream per replica at Little's
+    concurrency, rate x OSL x ITL) stays above its ceiling of 1 on a slow machine too (8 tokens gave a need
+    of 1 to 2, and 1 on a loaded CI machine: PlannerPoolPinned never fired)."""
     with httpx.Client(timeout=30) as client:
         i = 0
         while not stop.is_set():
-            for url in urls:
-                try:
-                    client.post(f"{url}/v1/completions", json={"prompt": "word " * (50 + i % 50), "max_tokens": 8})
-                except httpx.HTTPError:
-                    pass
+            try:
+                client.post(f"{url}/v1/completions", json={"prompt": "word " * (50 + i % 50), "max_tokens": 48})
+            except httpx.HTTPError:
+                pass
             i += 1
             stop.wait(0.1)
 
@@ -189,7 +192,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     servers = _engines(ports)
     servers["router"] = _router(ports["router"], servers["decode"].url, tmp)
     exporters = {d: FakeHTTP(ports[d]) for d in others}
-    threads = [threading.Thread(target=_traffic, args=([s.url for s in servers.values()], stop), daemon=True),
+    threads = [*[threading.Thread(target=_traffic, args=(s.url, stop), daemon=True) for s in servers.values()],
                threading.Thread(target=_mirror, args=(servers["decode"].url, exporters, stop), daemon=True)]
     opts = RunOptions(_policy(tmp, prom.url), host="127.0.0.1", port=ports["controller"], grpc_port=0,
                       leader_elect=True, lease_namespace=NS, identity="live-a", lease_duration_s=15)
@@ -252,12 +255,19 @@ def test_every_dashboard_query_returns_data(stack: Stack) -> None:
                 stack.query(substitute(q.expr))
 
 
+def _probe_values(stack: Stack, names: set[str]) -> dict[str, list]:
+    """What each probe of these alerts reads now: why a condition is false says itself in the failure."""
+    return {p: [(r["metric"], r["value"][1]) for r in stack.query(substitute(p))["result"]]
+            for a in alerts(PARAMS) if a.name in names for p in a.probes}
+
+
 def test_every_alert_probe_returns_data_and_the_tripped_alerts_fire(stack: Stack) -> None:
     probes = [p for a in alerts(PARAMS) for p in a.probes]
     wait_until(lambda: not _empty(stack, probes), 60, lambda: f"data for {_empty(stack, probes)}")
     tripped = {"PlannerSLABurnFast", "PlannerSLABurnSlow", "PlannerPoolPinned", "PlannerActuationFailing"}
     wait_until(lambda: all("firing" in stack.alerts().get(n, set()) for n in tripped), 90,
-               lambda: f"{sorted(tripped)} firing; alerts now {stack.alerts()}")
+               lambda: f"{sorted(tripped)} firing; alerts now {stack.alerts()}; probes of those not firing: "
+                       f"{_probe_values(stack, tripped - {n for n, s in stack.alerts().items() if 'firing' in s})}")
     quiet = {"PlannerControllerDown", "PlannerControllerStale", "PlannerNotReady", "PlannerLeaderMissing",
              "PlannerLeaderDuplicated"}
     assert not quiet & set(stack.alerts()), "an alert whose condition is false is active"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,22 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles" / "h200" / "qwen3-8b.json"
 
 
-@pytest.fixture
-def root_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    quiet = {n: logging.getLogger(n).level for n in ("urllib3.connectionpool", "urllib3.util.retry", "httpx")}
-    yield
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    for h in handlers:
-        root.addHandler(h)
-    root.setLevel(level)
-    for n, lvl in quiet.items():
-        logging.getLogger(n).setLevel(lvl)
-
-
-def test_json_lines(root_logging: None) -> None:
+def test_json_lines() -> None:
     stream = io.StringIO()
     setup_logging(logging.INFO, "json", stream)
     logging.getLogger("planner.loop").warning("policy %s: %s", "p", "held")
@@ -50,7 +34,7 @@ def test_json_lines(root_logging: None) -> None:
     assert "time" in record
 
 
-def test_httpx_request_lines_are_left_out_and_its_warnings_kept(root_logging: None) -> None:
+def test_httpx_request_lines_are_left_out_and_its_warnings_kept() -> None:
     stream = io.StringIO()
     setup_logging(logging.INFO, "text", stream)
     logging.getLogger("httpx").info('HTTP Request: GET http://127.0.0.1:1/health "HTTP/1.1 200 OK"')
@@ -67,7 +51,7 @@ def test_bad_log_format_is_exit_2(capsys: pytest.CaptureFixture) -> None:
     assert rc == 2 and "--log-format 'xml': allowed text, json" in capsys.readouterr().err
 
 
-def test_one_line_per_outage_not_per_signal_or_retry(root_logging: None) -> None:
+def test_one_line_per_outage_not_per_signal_or_retry() -> None:
     """A real Prometheus source (urllib3 retries connection errors once) against a port nobody listens on."""
     stream = io.StringIO()
     setup_logging(logging.INFO, "text", stream)
