@@ -137,7 +137,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             return 1
         return 2 if name == "test_engine_vllm_disagg.py" else 0
 
-    if any(item.nodeid.endswith("test_clean[mypy]") for item in items):
+    # Under pytest-xdist every worker collects every test, and any one of them may run the lint test: it
+    # runs mypy itself there (one core's worth, beside the other worker) rather than each worker starting one.
+    under_xdist = hasattr(config, "workerinput")
+    if not under_xdist and any(item.nodeid.endswith("test_clean[mypy]") for item in items):
         start_lint(config, ["mypy", "planner"])
     # The engine modules, in the places they already hold, are reordered among themselves (stable).
     slots = [i for i, item in enumerate(items) if item.path.name.startswith("test_engine")]

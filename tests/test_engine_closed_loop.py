@@ -23,7 +23,7 @@ from loop_fixtures import FAST_BEHAVIOR, ClosedLoop, loop_policy, tiny_cpu_profi
 from process_fixtures import Load, port_range, sample, wait_until
 from prom_fixtures import require_prometheus
 
-from planner.testing.vllm_server import DEFAULT_ARGS, OFFLINE_ENV, kv_transfer_config
+from planner.testing.vllm_server import DEFAULT_ARGS, SERVER_ENV, kv_transfer_config
 from planner.types import Reason
 
 pytestmark = [pytest.mark.engine, pytest.mark.prometheus]
@@ -50,7 +50,7 @@ UNPINNED = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
 def pools_and_commands(mode: str, engine, kv_path: Path) -> tuple[dict, dict]:  # noqa: ANN001
-    env = {**OFFLINE_ENV, **UNPINNED}
+    env = {**SERVER_ENV, **UNPINNED}
     if mode == "aggregated":
         return ({"aggregated": {"min_replicas": 1, "max_replicas": 2}},
                 {"command": vllm_command(engine, "aggregated"), "env": env})

@@ -39,6 +39,7 @@ def test_a_port_taken_by_someone_else_is_not_handed_out(monkeypatch: pytest.Monk
         monkeypatch.setattr(ports, "ephemeral_low", lambda: taken + 1)
         monkeypatch.setattr(ports, "LOWEST_PORT", taken - 1)  # two candidates: taken - 1 and the held one
         monkeypatch.setattr(ports, "_given", set())
+        monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # the whole two-port range, not a worker's share
         assert ports.free_port() == taken - 1
 
 
@@ -48,3 +49,18 @@ def test_without_room_below_the_range_the_kernel_picks(monkeypatch: pytest.Monke
     port = ports.free_port()
     assert port >= 1024
     assert port in ports._given
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_xdist_workers_draw_from_disjoint_shares_of_the_range(count: int) -> None:
+    from planner.testing.ports import worker_share
+
+    shares = [worker_share(20000, 32767, {"PYTEST_XDIST_WORKER": f"gw{i}", "PYTEST_XDIST_WORKER_COUNT": str(count)})
+              for i in range(count)]
+    assert all(20000 <= lo < hi <= 32767 for lo, hi in shares)
+    assert all(a[1] < b[0] for a, b in zip(shares, shares[1:], strict=False))  # in order, none overlapping
+    assert shares[-1][1] - shares[0][0] >= 32767 - 20000 - count  # the whole range is used
+    assert worker_share(20000, 32767, {}) == (20000, 32767)  # not under xdist: all of it
+    assert worker_share(20000, 32767, {"PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "1"}) == (20000, 32767)
+    two = {"PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2"}
+    assert worker_share(20000, 20100, two) == (20000, 20100)  # too narrow to split
