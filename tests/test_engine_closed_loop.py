@@ -4,8 +4,9 @@ request failed; a real Prometheus scrapes the engines (the actuator's file_sd) a
 decisions, their reasons and the telemetry are checked where an operator would look (the controller's
 metrics in Prometheus, the log lines). Aggregated and disaggregated (the prefill pool scales).
 
-Each loop starts its engines, then a second one under load; most of the time is vLLM's start-up (three
-Python processes importing torch and vLLM in turn). The two modes run one after the other.
+Each loop starts its engines, then a second one under load; most of the time is vLLM's start-up (two
+Python processes importing torch and vLLM in turn: the API server, then the engine core that runs the model).
+The two modes run one after the other.
 """
 
 from __future__ import annotations
