@@ -24,6 +24,8 @@ from planner.profiler.grids import SweepCancelled, SweepRequest
 from planner.service.background import BackgroundServer
 from planner.testing.ports import free_port
 
+# Times a live emulator: .ci/run runs it in its quiet phase, with the engines (pyproject.toml, "timing").
+pytestmark = pytest.mark.timing
 TOLERANCE = 0.10
 # Prefill points of a few hundred ms: the client's HTTP round trip (1-15 ms on a loaded 2-core machine)
 # stays well inside the tolerance. Decode points from P's own grid.

@@ -21,6 +21,8 @@ from planner.profile import Profile, load_profile
 from planner.profiler import backends
 from planner.profiler.grids import SweepRequest
 
+# Times a live emulator: .ci/run runs it in its quiet phase, with the engines (pyproject.toml, "timing").
+pytestmark = pytest.mark.timing
 REPO = Path(__file__).resolve().parent.parent
 TIME_SCALE = 1.0  # the emulator at the profile's own speed: a few ms of HTTP stay small against each point
 # test_endpoint_backend.py holds the backend to 10 % on these grids; here the whole command is under test.
