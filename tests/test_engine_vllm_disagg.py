@@ -5,6 +5,8 @@ would: prefill with max_tokens=1, then stream from the decode server. The sessio
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from engine_fixtures import scrape, send, tokenize, total, words
 
@@ -34,6 +36,9 @@ def test_disaggregated_pair_streams_and_the_decode_server_counts_the_request(vll
         decode.launch()  # both load at once: one start-up's wait for the pair
         prefill.wait_ready()
         decode.wait_ready()
+        # Each engine core runs the model on its own core (vLLM's bind variable is not applied by the
+        # uniprocess executor; VllmServer pins the engine core's model thread): the engines never share one.
+        affinity = {s.cpus: {pid: os.sched_getaffinity(pid) for pid in s.pinned} for s in (prefill, decode)}
         text = words(160)
         n_prompt = tokenize(prefill.url, prompt=text)
         first = send(prefill.url, "completion", text, max_tokens=1, stream=False)
@@ -50,6 +55,7 @@ def test_disaggregated_pair_streams_and_the_decode_server_counts_the_request(vll
         prefill.stop()
     assert not any(group_alive(g) for g in groups), "a server's process group outlived stop()"
 
+    assert [list(a.values()) for a in affinity.values()] == [[{0}], [{1}]], affinity
     bs = block_size(dec_metrics)
     assert n_prompt > 2 * bs  # at least one full block travels (the connector moves whole blocks only)
     assert (first.prompt_tokens, first.completion_tokens) == (n_prompt, 1)

@@ -126,3 +126,36 @@ def test_the_decode_engines_admission_work_delays_the_first_token_and_stalls_the
     assert pair_stalled["itl_mean_s"][0] == pytest.approx(STEP_MS / 1e3 + admit_s / (osl - 1), rel=1e-6)
     assert pair_stalled["itl_max_s"][0] > STEP_MS / 1e3
     assert pair_stalled["ttft_s"][1] == pytest.approx(pair["ttft_s"][1] + admit_s, abs=STEP_MS / 1e3)
+
+
+@pytest.mark.parametrize(("gaps_ms", "line"), [
+    ({256: 20.0, 1024: 28.0, 2048: 40.0}, (16.918919, 0.011190878)),  # grows: the least-squares line
+    ({256: 20.0, 2048: 20.0}, (20.0, 0.0)),                          # flat
+    ({256: 30.0, 1024: 24.0, 2048: 21.0}, (25.0, 0.0)),              # shrinking is noise: the mean, no slope
+    ({1024: 25.0}, (25.0, 0.0)),                                     # one length: no slope to fit
+])
+def test_the_hand_over_line(gaps_ms: dict[int, float], line: tuple[float, float]) -> None:
+    from planner.bench.fidelity_load import handoff_line
+
+    intercept_s, slope_s = handoff_line({isl: g / 1e3 for isl, g in gaps_ms.items()})
+    assert (intercept_s * 1e3, slope_s * 1e3) == pytest.approx(line, rel=1e-5, abs=1e-9)
+
+
+def test_a_hand_over_that_grows_with_the_prompt_is_simulated_at_every_length(client_profile: Profile) -> None:
+    """The probe's gaps (TTFT through the router less TTFT at the prefill server) on a line: the fitted
+    SimConfig gives a lone request the same gap at each length (the slope as the KV link, the intercept as the
+    hand-over's latency, the decode engine's admission work and first step inside it)."""
+    from planner.bench.fidelity_load import handoff_config
+
+    kv_bytes_per_token = float(client_profile.model.kv_bytes_per_token)
+    gaps_s = {isl: 0.015 + 10e-6 * isl for isl in (256, 1024, 2048)}
+    cfg = handoff_config(gaps_s, STEP_MS / 1e3, 0.004, kv_bytes_per_token)
+    assert cfg["link_bytes_per_s"] == pytest.approx(kv_bytes_per_token / 10e-6)
+    assert cfg["kv_handoff_s"] == pytest.approx(0.015 - STEP_MS / 1e3 - 0.004)
+    for isl in (128, 1024, 2000):
+        trace = RequestTrace(np.zeros(1), np.array([isl]), np.array([2]), "test")
+        c = Cluster(trace, client_profile, SimConfig(mode=Mode.DISAGGREGATED, chunk_tokens=2048, **cfg),
+                    {p: 1 for p in Mode.DISAGGREGATED.pools})
+        c.run_until(math.inf)
+        direct_s = (INTERCEPT_MS + SLOPE_MS_PER_TOKEN * isl) / 1e3  # TTFT at the prefill server alone
+        assert c.results()["ttft_s"][0] - direct_s == pytest.approx(0.015 + 10e-6 * isl, rel=1e-6)

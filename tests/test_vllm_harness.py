@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from planner.testing.vllm_cpu import READY_MARKER, EngineEnvError, EngineStartError, VllmServer, ensure_env
-from planner.testing.vllm_server import group_alive, kv_transfer_config
+from planner.testing.vllm_server import (
+    ENGINE_CORE_COMM,
+    cpu_list,
+    group_alive,
+    group_members,
+    kv_transfer_config,
+    pin_engine_core,
+)
 
 
 def executable(path: Path, body: str) -> Path:
@@ -183,3 +190,70 @@ wait
     for pid in map(int, pids.read_text().split()):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(("spec", "cores"), [
+    ("0", [0]), ("1", [1]), ("0-1", [0, 1]), ("0,2", [0, 2]), ("2-3,0", [0, 2, 3]),
+    ("auto", []), ("nobind", []), ("", []), ("1-x", []),
+])
+def test_cpu_list_reads_vllms_bind_values(spec: str, cores: list[int]) -> None:
+    assert cpu_list(spec) == cores
+
+
+ENGINE_LIKE = """
+import ctypes, threading, time
+ctypes.CDLL(None).prctl(15, b"VLLM::EngineCore")  # PR_SET_NAME, as vLLM's setproctitle leaves comm
+threading.Thread(target=time.sleep, args=(300,), daemon=True).start()
+time.sleep(300)
+"""
+
+
+def _engine_like_group(tmp_path: Path) -> tuple[VllmServer, int, int]:
+    """A fake server (its API process records OMP_NUM_THREADS) with an engine-core-like child of two threads
+    and a child of another name; (server, its group, the engine-like pid) once both threads run."""
+    import sys
+
+    script = tmp_path / "engine.py"
+    script.write_text(ENGINE_LIKE)
+    fake = executable(tmp_path / "python", f'''
+echo "$OMP_NUM_THREADS" > {tmp_path / "omp"}
+{sys.executable} {script} &
+sleep 300 &
+wait
+''')
+    server = VllmServer(fake, tmp_path, log_dir=tmp_path, cpus="0").launch()
+    assert server.proc is not None
+    pgid = server.proc.pid
+    deadline = time.monotonic() + 20
+    engines: list[int] = []
+    while time.monotonic() < deadline:
+        engines = [p for p, comm in group_members(pgid) if comm.startswith(ENGINE_CORE_COMM)]
+        if engines and len(os.listdir(f"/proc/{engines[0]}/task")) >= 2:
+            break
+        time.sleep(0.05)
+    if len(engines) != 1:
+        server.stop(grace_s=1.0)
+        raise AssertionError(f"no engine-like child in {group_members(pgid)}")
+    return server, pgid, engines[0]
+
+
+@pytest.mark.parametrize("cores", [[0], [0, 1]])
+def test_the_engine_cores_model_thread_is_pinned_and_the_rest_floats(tmp_path: Path, cores: list[int]) -> None:
+    if max(cores) >= (os.cpu_count() or 1):
+        pytest.skip(f"needs {max(cores) + 1} cores")
+    server, pgid, engine = _engine_like_group(tmp_path)
+    try:
+        everyone = os.sched_getaffinity(0)
+        threads = sorted(int(t) for t in os.listdir(f"/proc/{engine}/task"))
+        pinned = pin_engine_core(pgid, cores)
+        expect = {engine} if len(cores) == 1 else set(threads)  # one core: the main thread runs the model
+        assert pinned == {engine: len(expect)}
+        for tid in threads:
+            assert os.sched_getaffinity(tid) == (set(cores) if tid in expect else everyone), tid
+        for pid, _comm in group_members(pgid):
+            if pid != engine:
+                assert os.sched_getaffinity(pid) == everyone  # the API server and the rest float
+        assert (tmp_path / "omp").read_text().strip() == "1"  # cpus="0": one OpenMP thread
+    finally:
+        server.stop(grace_s=1.0)
+    assert not group_alive(pgid)

@@ -25,7 +25,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from planner.bench.fidelity_load import SliceSpec, measure_handoff, percentiles, replay_trace, trace_slice
+from planner.bench.fidelity_background import DecodeBackground
+from planner.bench.fidelity_load import (
+    SliceSpec,
+    handoff_config,
+    measure_handoff,
+    percentiles,
+    replay_trace,
+    trace_slice,
+)
 from planner.bench.fidelity_sim import simulate
 from planner.bench.machine_share import OthersCpu
 from planner.profile import Profile
@@ -73,7 +81,7 @@ class ModeResult:
     server: list[dict[str, float]] = field(default_factory=list)  # per engine: vLLM's own means over the run
     profile: dict[str, Any] = field(default_factory=dict)  # the measured points the simulator used
     per_request: dict[str, list[Any]] = field(default_factory=dict)
-    sim_config: dict[str, float] = field(default_factory=dict)  # SimConfig fields measured here (kv_handoff_s, decode_admit_s)
+    sim_config: dict[str, float] = field(default_factory=dict)  # SimConfig fields measured here (kv_handoff_s, decode_admit_s, link_bytes_per_s)
     # Other jobs' share of the machine's CPU while the profile and the replay ran (machine_share.py; None off
     # Linux): the harness's own processes are left out, unlike in the load average.
     others_cpu: dict[str, float | None] = field(default_factory=dict)
@@ -174,11 +182,14 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
         progress(f"{name}: start", 1, 1)
         # The prefill server's curve from the prefill server, the decode server's from the decode server
         # (first, while no KV files exist for it to load).
+        # The prefill curve with the slice's decode load running on the decode server, as in the replay
+        # (fidelity_background.py: the engines share the machine).
         with OthersCpu() as cpu:
             decode_profile = _profile(model_dir, dec.url, options, options.isl_grid[:2], options.batch_grid,
                                       options.context_grid)
-            prefill_profile = _profile(model_dir, pre.url, options, options.isl_grid, (1,),
-                                       options.context_grid[:1])
+            with DecodeBackground(dec.url, trace) as background:
+                prefill_profile = _profile(model_dir, pre.url, options, options.isl_grid, (1,),
+                                           options.context_grid[:1])
         progress(f"{name}: profile", 1, 1)
         profile = prefill_profile.model_copy(update={"decode": decode_profile.decode})
         shutil.rmtree(kv, ignore_errors=True)
@@ -188,26 +199,35 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
                                                                                    "decode")])
         with BackgroundServer(create_router_app(targets, Mode.DISAGGREGATED), port=0) as router:
             first_step_s = profile.decode_curve(1).itl_ms(1, 1024).value / 1e3
-            handoff_s, admit_s = _handoff_parts(router.url, pre.url, dec.url, first_step_s)
+            handoff = _handoff_parts(router.url, pre.url, dec.url, first_step_s,
+                                     float(profile.model.kv_bytes_per_token))
             shutil.rmtree(kv, ignore_errors=True)
             kv.mkdir()
-            return _replay_and_simulate(name, router.url, trace, profile, options, progress,
-                                        [pre.ready_s or 0.0, dec.ready_s or 0.0], [pre.url, dec.url],
-                                        profile_others_cpu=cpu.share, kv_handoff_s=handoff_s,
-                                        decode_admit_s=admit_s)
+            result = _replay_and_simulate(name, router.url, trace, profile, options, progress,
+                                          [pre.ready_s or 0.0, dec.ready_s or 0.0], [pre.url, dec.url],
+                                          profile_others_cpu=cpu.share, **handoff)
+            result.notes.append(f"prefill profiled beside the slice's decode load on the decode server: "
+                                f"{background.sent} requests finished, {background.failed} failed")
+            return result
 
 
-def _handoff_parts(router_url: str, prefill_url: str, decode_url: str, first_step_s: float) -> tuple[float, float]:
-    """The hand-over probed alone, split as the simulator takes it: ``decode_admit_s``, the decode engine's own
-    work on the arriving request (vLLM's prefill time there, the KV load and the last partial block, less the
-    one decode step the simulator times itself), which stalls its batch; ``kv_handoff_s``, the rest of the
-    hand-over (the decode request's front end, the router), which occupies no engine."""
+def _handoff_parts(router_url: str, prefill_url: str, decode_url: str, first_step_s: float,
+                   kv_bytes_per_token: float) -> dict[str, float]:
+    """The hand-over probed alone at several prompt lengths, as the simulator's SimConfig fields.
+
+    - ``decode_admit_s``: the decode engine's own work on the arriving request (vLLM's prefill time there: the
+      KV load and the last partial block, less the one decode step the simulator times itself), which stalls
+      its batch.
+    - ``link_bytes_per_s``: the part that grows with the prompt (ExampleConnector writes the KV to files and the
+      decode server reads them back; the router sends the prompt twice), as the KV link's bandwidth, from the
+      slope of the hand-over against prompt length; left at the simulator's default when the slope is 0.
+    - ``kv_handoff_s``: the rest of the intercept (the decode request's front end, the router), which occupies
+      no engine."""
     before = server_means([decode_url])
-    total_s = measure_handoff(router_url, prefill_url)
+    gaps = measure_handoff(router_url, prefill_url)
     decode_prefill_ms = _server_deltas(before, server_means([decode_url]))[0]["request_prefill_time_seconds_mean_ms"]
     engine_s = decode_prefill_ms / 1e3 if decode_prefill_ms == decode_prefill_ms else first_step_s
-    admit_s = max(0.0, engine_s - first_step_s)
-    return max(0.0, total_s - first_step_s - admit_s), admit_s
+    return handoff_config(gaps, first_step_s, max(0.0, engine_s - first_step_s), kv_bytes_per_token)
 
 
 @contextmanager

@@ -173,20 +173,49 @@ def _measured(results: list[StreamResult], trace: RequestTrace, wall_s: float) -
     return Measured(ttft, itl, failed, errors, wall_s)
 
 
-def measure_handoff(router_url: str, prefill_url: str, isls: tuple[int, ...] = (512, 1536), reps: int = 8,
-                    model: str = "tiny", vocab: int = 4096, seed: int = 1) -> float:
-    """The disaggregated hand-over's own latency, alone: TTFT through the router (prefill server, then the decode
-    server loading the KV) less TTFT from the prefill server directly, medians at each prompt length, averaged.
-    It holds the decode request's front end, the connector's load of the KV and the decode server's first step."""
+HANDOFF_ISLS = (256, 1024, 2048)  # prompt lengths the hand-over is probed at (the slice's prompts are <= 2,048)
+
+
+def measure_handoff(router_url: str, prefill_url: str, isls: tuple[int, ...] = HANDOFF_ISLS, reps: int = 8,
+                    model: str = "tiny", vocab: int = 4096, seed: int = 1) -> dict[int, float]:
+    """The disaggregated hand-over's own latency, alone, per prompt length: TTFT through the router (prefill
+    server, then the decode server loading the KV) less TTFT from the prefill server directly, medians of
+    ``reps`` each. It holds the decode request's front end, the connector's write and load of the KV (files,
+    so it grows with the prompt) and the decode server's first step."""
     return asyncio.run(_handoff(router_url, prefill_url, isls, reps, model, vocab, seed))
 
 
+def handoff_line(gaps_s: dict[int, float]) -> tuple[float, float]:
+    """Least-squares ``(intercept_s, slope_s_per_token)`` of the hand-over against prompt length. A slope that
+    comes out negative (noise: the hand-over does not shrink with the prompt) is 0, the intercept the mean."""
+    isl = np.array(sorted(gaps_s), dtype=float)
+    gap = np.array([gaps_s[int(i)] for i in isl])
+    if len(isl) < 2 or float(np.ptp(isl)) == 0.0:
+        return max(0.0, float(gap.mean())), 0.0
+    slope, intercept = np.polyfit(isl, gap, 1)
+    if slope <= 0.0:
+        return max(0.0, float(gap.mean())), 0.0
+    return max(0.0, float(intercept)), float(slope)
+
+
+def handoff_config(gaps_s: dict[int, float], first_step_s: float, admit_s: float,
+                   kv_bytes_per_token: float) -> dict[str, float]:
+    """SimConfig fields that reproduce probed hand-over ``gaps_s`` (prompt length -> s) on a lone request: the
+    line's slope as the KV link's bandwidth (left at the default when 0), ``decode_admit_s`` as given, and the
+    rest of its intercept, less the decode step the simulator times itself, as ``kv_handoff_s``."""
+    intercept_s, slope_s_per_token = handoff_line(gaps_s)
+    parts = {"kv_handoff_s": max(0.0, intercept_s - first_step_s - admit_s), "decode_admit_s": admit_s}
+    if slope_s_per_token > 0.0:
+        parts["link_bytes_per_s"] = kv_bytes_per_token / slope_s_per_token
+    return parts
+
+
 async def _handoff(router_url: str, prefill_url: str, isls: tuple[int, ...], reps: int, model: str, vocab: int,
-                   seed: int) -> float:
+                   seed: int) -> dict[int, float]:
     shape = RequestShape(model, CONTINUOUS_USAGE, OPTIONAL_BODY)
     rng = random.Random(seed)
     low, high = token_id_range(vocab)
-    gaps = []
+    gaps: dict[int, float] = {}
     async with make_client(router_url, 2, 120.0) as via_router, make_client(prefill_url, 2, 120.0) as direct:
         for isl in isls:
             times: dict[str, list[float]] = {"router": [], "direct": []}
@@ -197,5 +226,5 @@ async def _handoff(router_url: str, prefill_url: str, isls: tuple[int, ...], rep
                     if not r.ok:
                         raise UserError(f"hand-over probe via {name}: {r.error or r.status}", key="url")
                     times[name].append(r.ttft_s)
-            gaps.append(float(np.median(times["router"]) - np.median(times["direct"])))
-    return max(0.0, float(np.mean(gaps)))
+            gaps[isl] = float(np.median(times["router"]) - np.median(times["direct"]))
+    return gaps

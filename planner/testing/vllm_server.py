@@ -66,7 +66,12 @@ class VllmServer:
     """One vLLM server: ``start()`` blocks until it answers, ``stop()`` ends its whole process group.
 
     ``role`` is aggregated, kv_producer or kv_consumer (the two disaggregated roles share ``kv_path``).
-    ``cpus`` is VLLM_CPU_OMP_THREADS_BIND: the cores its OpenMP threads are pinned to ("0", "1", "0-1").
+    ``cpus`` is the cores its model runs on ("0", "1", "0-1"; VLLM_CPU_OMP_THREADS_BIND, and "nobind" or "auto"
+    as vLLM reads them). vLLM applies that variable only in its multiprocess executor (when it spawns the
+    worker), so under DEFAULT_ARGS' uniprocess executor the server gets ``OMP_NUM_THREADS`` = the number of
+    cores listed, and once it is ready every thread of its engine-core process (the one that runs the model)
+    is pinned to them here (``pin_engine_core``). Without that, each engine ran two OpenMP threads spinning on
+    both cores: a busy decode server slowed an idle-looking prefill server's prompts 20x (docs/fidelity.md).
     ``args`` replaces DEFAULT_ARGS; ``extra_args`` is appended after it.
     """
 
@@ -87,6 +92,7 @@ class VllmServer:
         self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="planner-vllm-")) / f"vllm-{role}-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None  # seconds from launch to the first good answer
+        self.pinned: dict[int, int] = {}  # engine-core pid -> threads pinned to ``cpus`` once ready
         self._launched = 0.0
 
     @property
@@ -110,6 +116,9 @@ class VllmServer:
         if self.proc is not None:
             raise RuntimeError(f"vLLM server on port {self.port} already started")
         env = {**os.environ, **SERVER_ENV, "VLLM_CPU_OMP_THREADS_BIND": self.cpus, **self.extra_env}
+        cores = cpu_list(self.cpus)
+        if cores and "OMP_NUM_THREADS" not in self.extra_env:
+            env["OMP_NUM_THREADS"] = str(len(cores))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._launched = time.monotonic()
         with open(self.log_path, "wb") as log:
@@ -128,6 +137,9 @@ class VllmServer:
             self.stop()
             raise
         self.ready_s = time.monotonic() - self._launched
+        cores = cpu_list(self.cpus)
+        if cores:
+            self.pinned = pin_engine_core(self.proc.pid, cores)
         return self
 
     def _wait_ready(self, deadline: float, timeout_s: float) -> None:
@@ -215,3 +227,64 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+ENGINE_CORE_COMM = "VLLM::EngineCor"  # the process title vLLM sets, as /proc/PID/comm cuts it (15 bytes)
+
+
+def cpu_list(spec: str) -> list[int]:
+    """The cores of a VLLM_CPU_OMP_THREADS_BIND value ("0", "1", "0-1", "0,2"); [] for "auto" and "nobind"
+    (vLLM decides, or nothing is pinned) and for anything else that names no core."""
+    cores: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return []
+        cores.extend(range(int(lo), int(hi or lo) + 1))
+    return sorted(set(cores))
+
+
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, comm) of every process in the group, from /proc (empty off Linux)."""
+    out = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:  # fields after comm: state, ppid, pgrp
+            out.append((int(entry.name), comm))
+    return out
+
+
+def pin_engine_core(pgid: int, cores: list[int]) -> dict[int, int]:
+    """Pin the model's threads in the group's engine-core process(es) to ``cores``; {pid: threads pinned}.
+
+    On one core that is the main thread alone: with one OpenMP thread it runs the model (the uniprocess
+    executor's busy loop), while the engine core's request and output threads float, as the engine-core
+    process did beside vLLM's pinned worker in the multiprocess executor. On several cores every thread is
+    pinned to them (OpenMP's workers cannot be told from the rest by name). Per thread, because
+    sched_setaffinity on a pid moves only its main thread; threads started later inherit the mask of the
+    thread that starts them. A thread that ends meanwhile is skipped."""
+    pinned: dict[int, int] = {}
+    for pid, comm in group_members(pgid):
+        if not comm.startswith(ENGINE_CORE_COMM):
+            continue
+        count = 0
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue  # the process ended
+        if len(cores) == 1:  # one OpenMP thread: the main thread runs the model; its I/O threads float
+            tasks = [t for t in tasks if t.name == str(pid)]
+        for task in tasks:
+            try:
+                os.sched_setaffinity(int(task.name), cores)
+                count += 1
+            except (OSError, ValueError):
+                continue
+        pinned[pid] = count
+    return pinned
