@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from planner.procfs import group_members
 from planner.testing.vllm_cpu import READY_MARKER, EngineEnvError, EngineStartError, VllmServer, ensure_env
 from planner.testing.vllm_server import (
     ENGINE_CORE_COMM,
     cpu_list,
     group_alive,
-    group_members,
     kv_transfer_config,
     pin_engine_core,
 )
@@ -227,7 +227,7 @@ wait
     deadline = time.monotonic() + 20
     engines: list[int] = []
     while time.monotonic() < deadline:
-        engines = [p for p, comm in group_members(pgid) if comm.startswith(ENGINE_CORE_COMM)]
+        engines = [p for p, comm, _state in group_members(pgid) if comm.startswith(ENGINE_CORE_COMM)]
         if engines and len(os.listdir(f"/proc/{engines[0]}/task")) >= 2:
             break
         time.sleep(0.05)
@@ -250,7 +250,7 @@ def test_the_engine_cores_model_thread_is_pinned_and_the_rest_floats(tmp_path: P
         assert pinned == {engine: len(expect)}
         for tid in threads:
             assert os.sched_getaffinity(tid) == (set(cores) if tid in expect else everyone), tid
-        for pid, _comm in group_members(pgid):
+        for pid, _comm, _state in group_members(pgid):
             if pid != engine:
                 assert os.sched_getaffinity(pid) == everyone  # the API server and the rest float
         assert (tmp_path / "omp").read_text().strip() == "1"  # cpus="0": one OpenMP thread

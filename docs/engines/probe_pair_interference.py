@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.actuators.file_sd import Target, write_targets
-from planner.bench.fidelity import ENGINE_ARGS, server_means
+from planner.bench.fidelity import ENGINE_ARGS, server_deltas, server_means
 from planner.profiler.loadgen import (
     CONTINUOUS_USAGE,
     OPTIONAL_BODY,
@@ -71,17 +71,12 @@ async def beside(probe_url: str, load_url: str, streams: int, isl: int) -> list[
 
 
 def phase(name: str, url: str, run: Callable[[], list[float]]) -> None:
-    before = server_means([url])[0]
+    before = server_means([url])
     ttft = sorted(run())
-    after = server_means([url])[0]
-
-    def mean_ms(family: str) -> float:
-        n = after[f"{family}_count"] - before[f"{family}_count"]
-        return round((after[f"{family}_sum"] - before[f"{family}_sum"]) / n * 1e3, 2)
-
+    (means,) = server_deltas(before, server_means([url]))
     print(json.dumps({"phase": name, "client_ttft_ms_median": ttft[len(ttft) // 2], "client_ttft_ms": ttft,
-                      "prefill_mean_ms": mean_ms("vllm:request_prefill_time_seconds"),
-                      "queue_mean_ms": mean_ms("vllm:request_queue_time_seconds")}), flush=True)
+                      "prefill_mean_ms": means["request_prefill_time_seconds_mean_ms"],
+                      "queue_mean_ms": means["request_queue_time_seconds_mean_ms"]}), flush=True)
 
 
 def main() -> None:

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from planner.procfs import group_members
+
 PR_SET_PDEATHSIG = 1
 POLL_S = 0.2
 
@@ -87,23 +89,8 @@ def watch(grace_s: float, command: list[str]) -> int:
 
 def _group_others() -> list[int]:
     """Other live processes of this process group (read from /proc; empty where there is none)."""
-    me, group = os.getpid(), os.getpgrp()
-    out: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group and fields[0] != "Z":
-            out.append(int(entry))
-    return out
+    me = os.getpid()
+    return [pid for pid, _comm, state in group_members(os.getpgrp()) if pid != me and state != "Z"]
 
 
 def _kill(pid: int, sig: int) -> None:

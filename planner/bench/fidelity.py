@@ -181,9 +181,8 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
     with _both(pre, dec):
         progress(f"{name}: start", 1, 1)
         # The prefill server's curve from the prefill server, the decode server's from the decode server
-        # (first, while no KV files exist for it to load).
-        # The prefill curve with the slice's decode load running on the decode server, as in the replay
-        # (fidelity_background.py: the engines share the machine).
+        # (first, while no KV files exist for it to load); the prefill curve with the slice's decode load
+        # running on the decode server, as in the replay (fidelity_background.py: the engines share the machine).
         with OthersCpu() as cpu:
             decode_profile = _profile(model_dir, dec.url, options, options.isl_grid[:2], options.batch_grid,
                                       options.context_grid)
@@ -225,7 +224,7 @@ def _handoff_parts(router_url: str, prefill_url: str, decode_url: str, first_ste
       no engine."""
     before = server_means([decode_url])
     gaps = measure_handoff(router_url, prefill_url)
-    decode_prefill_ms = _server_deltas(before, server_means([decode_url]))[0]["request_prefill_time_seconds_mean_ms"]
+    decode_prefill_ms = server_deltas(before, server_means([decode_url]))[0]["request_prefill_time_seconds_mean_ms"]
     engine_s = decode_prefill_ms / 1e3 if decode_prefill_ms == decode_prefill_ms else first_step_s
     return handoff_config(gaps, first_step_s, max(0.0, engine_s - first_step_s), kv_bytes_per_token)
 
@@ -287,7 +286,7 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
     return ModeResult(name, measured.summary(), sim, int(measured.failed.sum()),
                       [round(load_before, 2), round(load_after, 2)], round(measured.wall_s, 1),
                       [round(r, 1) for r in ready_s], measured.errors[:5],
-                      server=_server_deltas(before, after), profile=_profile_points(profile),
+                      server=server_deltas(before, after), profile=_profile_points(profile),
                       per_request=per_request, sim_config=dict(sim_config),
                       others_cpu={"profile": profile_others_cpu, "replay": cpu.share}, replay_steal=cpu.steal,
                       real_unpaused=measured.unpaused_summary(),
@@ -323,7 +322,7 @@ def server_means(urls: list[str]) -> list[dict[str, float]]:
     return out
 
 
-def _server_deltas(before: list[dict[str, float]], after: list[dict[str, float]]) -> list[dict[str, float]]:
+def server_deltas(before: list[dict[str, float]], after: list[dict[str, float]]) -> list[dict[str, float]]:
     """Per engine, the mean of each family over the run (ms): what vLLM itself saw."""
     res = []
     for b, a in zip(before, after, strict=True):

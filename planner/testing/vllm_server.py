@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from planner.procfs import group_members
 from planner.testing.ports import free_port
 
 ROLES = ("aggregated", "kv_producer", "kv_consumer")
@@ -69,8 +70,8 @@ class VllmServer:
     ``cpus`` is the cores its model runs on ("0", "1", "0-1"; VLLM_CPU_OMP_THREADS_BIND, and "nobind" or "auto"
     as vLLM reads them). vLLM applies that variable only in its multiprocess executor (when it spawns the
     worker), so under DEFAULT_ARGS' uniprocess executor the server gets ``OMP_NUM_THREADS`` = the number of
-    cores listed, and once it is ready every thread of its engine-core process (the one that runs the model)
-    is pinned to them here (``pin_engine_core``). Without that, each engine ran two OpenMP threads spinning on
+    cores listed, and once it is ready its engine-core process's model thread is pinned to them here
+    (``pin_engine_core``). Without that, each engine ran two OpenMP threads spinning on
     both cores: a busy decode server slowed an idle-looking prefill server's prompts 20x (docs/fidelity.md).
     ``args`` replaces DEFAULT_ARGS; ``extra_args`` is appended after it.
     """
@@ -86,6 +87,7 @@ class VllmServer:
         self.role = role
         self.kv_config = kv_transfer_config(role, kv_path)
         self.cpus = cpus
+        self.cores = cpu_list(cpus)  # [] for "auto" / "nobind": nothing pinned here
         self.served_model_name = served_model_name
         self.args = [*args, *extra_args]
         self.extra_env = dict(env or {})
@@ -116,9 +118,8 @@ class VllmServer:
         if self.proc is not None:
             raise RuntimeError(f"vLLM server on port {self.port} already started")
         env = {**os.environ, **SERVER_ENV, "VLLM_CPU_OMP_THREADS_BIND": self.cpus, **self.extra_env}
-        cores = cpu_list(self.cpus)
-        if cores and "OMP_NUM_THREADS" not in self.extra_env:
-            env["OMP_NUM_THREADS"] = str(len(cores))
+        if self.cores and "OMP_NUM_THREADS" not in self.extra_env:
+            env["OMP_NUM_THREADS"] = str(len(self.cores))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._launched = time.monotonic()
         with open(self.log_path, "wb") as log:
@@ -137,9 +138,8 @@ class VllmServer:
             self.stop()
             raise
         self.ready_s = time.monotonic() - self._launched
-        cores = cpu_list(self.cpus)
-        if cores:
-            self.pinned = pin_engine_core(self.proc.pid, cores)
+        if self.cores:
+            self.pinned = pin_engine_core(self.proc.pid, self.cores)
         return self
 
     def _wait_ready(self, deadline: float, timeout_s: float) -> None:
@@ -244,22 +244,6 @@ def cpu_list(spec: str) -> list[int]:
     return sorted(set(cores))
 
 
-def group_members(pgid: int) -> list[tuple[int, str]]:
-    """(pid, comm) of every process in the group, from /proc (empty off Linux)."""
-    out = []
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:  # fields after comm: state, ppid, pgrp
-            out.append((int(entry.name), comm))
-    return out
-
-
 def pin_engine_core(pgid: int, cores: list[int]) -> dict[int, int]:
     """Pin the model's threads in the group's engine-core process(es) to ``cores``; {pid: threads pinned}.
 
@@ -270,7 +254,7 @@ def pin_engine_core(pgid: int, cores: list[int]) -> dict[int, int]:
     sched_setaffinity on a pid moves only its main thread; threads started later inherit the mask of the
     thread that starts them. A thread that ends meanwhile is skipped."""
     pinned: dict[int, int] = {}
-    for pid, comm in group_members(pgid):
+    for pid, comm, _state in group_members(pgid):
         if not comm.startswith(ENGINE_CORE_COMM):
             continue
         count = 0
