@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from endpoint_fixtures import EmulatorProcess, analytical_profile, running_requests
 
 from planner.bench.fidelity_background import DecodeBackground
@@ -56,3 +57,26 @@ def test_the_slice_is_sent_in_cycles_and_cut_when_the_block_ends(tmp_path: Path)
             time.sleep(0.05)
         assert running_requests(emu.url) == 0 and bg.sent == 0
         assert not bg._thread.is_alive()
+
+
+@pytest.mark.timing  # holds the emulator's latency to a tolerance: on a quiet machine (.ci/run's phase 2)
+def test_the_speed_probe_reads_the_engines_own_speed_and_its_drift(tmp_path: Path) -> None:
+    """probe_speed, the same probe before the profile and after the replay: against the emulator run at two
+    speeds (``--time-scale`` 1 and 2: every step twice as long), the drift it reports is the ratio of the two,
+    and each figure is the emulated one (the profile's prefill at 1,024 tokens, its batch-1 step)."""
+    from planner.bench.fidelity_load import SPEED_ISL, probe_speed, speed_drift
+
+    profile_path = tmp_path / "p.json"
+    profile = analytical_profile("qwen3-32b", (1,), profile_path)
+    prefill_ms = profile.prefill_curve(1).ttft_ms(SPEED_ISL).value
+    step_ms = profile.decode_curve(1).itl_ms(1, SPEED_ISL // 64).value
+    got = {}
+    for scale in (1.0, 2.0):
+        with EmulatorProcess(profile_path, time_scale=scale, model_name="tiny", max_model_len=4096) as emu:
+            emu.wait_ready()
+            got[scale] = probe_speed(emu.url, emu.url)
+    assert got[1.0]["prefill_ttft_ms"] >= prefill_ms and got[1.0]["prefill_ttft_ms"] < prefill_ms * 1.5 + 10
+    assert got[1.0]["decode_step_ms"] >= step_ms * 0.9 and got[1.0]["decode_step_ms"] < step_ms * 1.5 + 2
+    drift = speed_drift(got[1.0], got[2.0])
+    assert 1.6 < drift["prefill_ttft_ms"] < 2.4 and 1.6 < drift["decode_step_ms"] < 2.4
+    assert speed_drift(got[1.0], got[1.0]) == {"prefill_ttft_ms": 1.0, "decode_step_ms": 1.0}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,13 +50,15 @@ def client_profile() -> Profile:
         "provenance": base.provenance.model_copy(update={"backend": "endpoint"})})
 
 
-def _run(profile: Profile, mode: Mode, arrivals: list[float], isl: int, osl: int, **cfg: float) -> dict:
+def _run(profile: Profile, mode: Mode, arrivals: list[float], isl: int, osl: int, gaps: bool = False,
+         **cfg: float) -> Any:
+    """Per-request results (or, with ``gaps``, every token gap) of a fixed one-replica-per-pool cluster."""
     trace = RequestTrace(np.asarray(arrivals, dtype=float), np.full(len(arrivals), isl, dtype=np.int64),
                          np.full(len(arrivals), osl, dtype=np.int64), "test")
     c = Cluster(trace, profile, SimConfig(mode=mode, chunk_tokens=2048, link_bytes_per_s=FAST_LINK, **cfg),
                 {p: 1 for p in mode.pools})
     c.run_until(math.inf)
-    return c.results()
+    return c.log.token_gaps_s() if gaps else c.results()
 
 
 def test_front_end_share_is_the_intercept_less_one_step() -> None:
@@ -124,7 +127,17 @@ def test_the_decode_engines_admission_work_delays_the_first_token_and_stalls_the
     assert pair["itl_mean_s"][0] == pytest.approx(STEP_MS / 1e3, rel=1e-6)
     # The first request's own admission stall came before its first token; only the second one's is a gap.
     assert pair_stalled["itl_mean_s"][0] == pytest.approx(STEP_MS / 1e3 + admit_s / (osl - 1), rel=1e-6)
-    assert pair_stalled["itl_max_s"][0] > STEP_MS / 1e3
+    # The stall is one gap of the first request (a step plus the admission work), not spread over its
+    # segment; the newcomer's own gaps are plain steps: the stall came before its first token.
+    assert pair_stalled["itl_max_s"][0] == pytest.approx(STEP_MS / 1e3 + admit_s, rel=1e-6)
+    assert pair["itl_max_s"][0] == pytest.approx(STEP_MS / 1e3, rel=1e-6)
+    assert pair_stalled["itl_max_s"][1] == pytest.approx(STEP_MS / 1e3, rel=1e-6)
+    # What an ITL histogram counts: one token gap of a step plus the stall, every other gap a plain step.
+    gaps = _run(client_profile, Mode.DISAGGREGATED, [0.0, 0.3], 1000, osl, kv_handoff_s=0.07,
+                decode_admit_s=admit_s, gaps=True)
+    assert len(gaps) == 2 * (osl - 1)
+    assert np.sort(gaps)[-1] == pytest.approx(STEP_MS / 1e3 + admit_s, rel=1e-6)
+    assert np.sort(gaps)[:-1] == pytest.approx(np.full(len(gaps) - 1, STEP_MS / 1e3), rel=1e-6)
     assert pair_stalled["ttft_s"][1] == pytest.approx(pair["ttft_s"][1] + admit_s, abs=STEP_MS / 1e3)
 
 

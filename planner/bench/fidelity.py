@@ -31,7 +31,9 @@ from planner.bench.fidelity_load import (
     handoff_config,
     measure_handoff,
     percentiles,
+    probe_speed,
     replay_trace,
+    speed_drift,
     trace_slice,
 )
 from planner.bench.fidelity_sim import simulate
@@ -42,6 +44,9 @@ from planner.types import Mode
 
 MODES = (Mode.AGGREGATED.value, Mode.DISAGGREGATED.value)
 METRICS = ("ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "itl_p95_ms")
+# Reported beside the goal's figures: each request's longest gap between tokens (fidelity_load.py), the ITL
+# tail that disaggregation lowers.
+STALL_METRICS = ("stall_p50_ms", "stall_p95_ms", "itl_token_p95_ms", "itl_token_p99_ms")
 TOLERANCE = {"p50": 0.25, "p95": 0.40}  # the issue's goal: p50s within 25 %, p95s within 40 %
 # vLLM's scheduler budget per step; the simulator's chunk_tokens is set to the same value.
 MAX_NUM_BATCHED_TOKENS = 2048
@@ -52,6 +57,9 @@ ENGINE_ARGS = ("--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS))
 # Tokens each stream of a decode point must produce with all of them running: a long window keeps the
 # measured step time steady when the API process falls behind and merges tokens into one chunk.
 DECODE_TOKENS = 96
+# The engine's speed (fidelity_load.probe_speed) moving more than this between its profile and the replay is
+# said in the notes: the simulator, fed the profile, cannot follow it (docs/fidelity.md, the runs' table).
+DRIFT_NOTED = 0.15
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,8 @@ class ModeResult:
     # (fidelity_load.PAUSE_S), and how many were reached.
     real_unpaused: dict[str, float] = field(default_factory=dict)
     paused_requests: int = 0
+    # probe_speed before the profile and after the replay, and their ratio per figure (``drift``)
+    speed: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def ratios(self) -> dict[str, float]:
         return {m: round(self.sim[m] / self.real[m], 3) if self.real[m] else float("nan") for m in METRICS}
@@ -151,11 +161,12 @@ def _aggregated(python: Path, model_dir: Path, trace: RequestTrace, options: Fid
 def _measure_aggregated(url: str, model_dir: Path, trace: RequestTrace, options: FidelityOptions,
                         progress: Progress, ready_s: float) -> ModeResult:
     name = Mode.AGGREGATED.value
+    speed_before = probe_speed(url, url)
     with OthersCpu() as cpu:
         profile = _profile(model_dir, url, options, options.isl_grid, options.batch_grid, options.context_grid)
     progress(f"{name}: profile", 1, 1)
     return _replay_and_simulate(name, url, trace, profile, options, progress, [ready_s], [url],
-                                profile_others_cpu=cpu.share)
+                                profile_others_cpu=cpu.share, speed=(url, url, speed_before))
 
 
 def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: FidelityOptions, work: Path,
@@ -183,6 +194,7 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
         # The prefill server's curve from the prefill server, the decode server's from the decode server
         # (first, while no KV files exist for it to load); the prefill curve with the slice's decode load
         # running on the decode server, as in the replay (fidelity_background.py: the engines share the machine).
+        speed_before = probe_speed(pre.url, dec.url)
         with OthersCpu() as cpu:
             decode_profile = _profile(model_dir, dec.url, options, options.isl_grid[:2], options.batch_grid,
                                       options.context_grid)
@@ -204,7 +216,8 @@ def _disaggregated(python: Path, model_dir: Path, trace: RequestTrace, options: 
             kv.mkdir()
             result = _replay_and_simulate(name, router.url, trace, profile, options, progress,
                                           [pre.ready_s or 0.0, dec.ready_s or 0.0], [pre.url, dec.url],
-                                          profile_others_cpu=cpu.share, **handoff)
+                                          profile_others_cpu=cpu.share, speed=(pre.url, dec.url, speed_before),
+                                          **handoff)
             result.notes.append(f"prefill profiled beside the slice's decode load on the decode server: "
                                 f"{background.sent} requests finished, {background.failed} failed")
             return result
@@ -265,7 +278,8 @@ def _profile(model_dir: Path, url: str, options: FidelityOptions, isl_grid: tupl
 
 def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Profile, options: FidelityOptions,
                          progress: Progress, ready_s: list[float], engine_urls: list[str],
-                         profile_others_cpu: float | None, **sim_config: float) -> ModeResult:
+                         profile_others_cpu: float | None, speed: tuple[str, str, dict[str, float]],
+                         **sim_config: float) -> ModeResult:
     load_before = os.getloadavg()[0]
     before = server_means(engine_urls)
     with OthersCpu() as cpu:
@@ -273,24 +287,33 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
                                 on_done=lambda n: progress(f"{name}: replay", n, len(trace)))
     after = server_means(engine_urls)
     load_after = os.getloadavg()[0]
+    speed_after = probe_speed(speed[0], speed[1])  # after the server means: its requests are not the replay's
+    drift = speed_drift(speed[2], speed_after)
     if options.out is not None:  # kept, so the replay can be simulated again (resimulate) as the model changes
         options.out.parent.mkdir(parents=True, exist_ok=True)
         profile_path(options.out, name).write_text(profile.model_dump_json(by_alias=True, indent=1))
     simulated = simulate(trace, profile, Mode(name), MAX_NUM_BATCHED_TOKENS, **sim_config)
     progress(f"{name}: simulate", 1, 1)
-    sim = percentiles(simulated["ttft_s"], simulated["itl_mean_s"])
+    sim = percentiles(simulated["ttft_s"], simulated["itl_mean_s"], simulated["itl_max_s"], simulated["token_gaps_s"])
     per_request = {"arrival_s": trace.arrival_s.tolist(), "isl": trace.isl.tolist(), "osl": trace.osl.tolist(),
                    "paused": measured.paused.tolist() if measured.paused is not None else [],
                    "real_ttft_ms": _ms(measured.ttft_s), "real_itl_ms": _ms(measured.itl_mean_s),
-                   "sim_ttft_ms": _ms(simulated["ttft_s"]), "sim_itl_ms": _ms(simulated["itl_mean_s"])}
+                   "sim_ttft_ms": _ms(simulated["ttft_s"]), "sim_itl_ms": _ms(simulated["itl_mean_s"]),
+                   "real_stall_ms": _ms(measured.itl_max_s if measured.itl_max_s is not None else []),
+                   "sim_stall_ms": _ms(simulated["itl_max_s"])}
+    moved = {k: v for k, v in drift.items() if v == v and abs(v - 1.0) > DRIFT_NOTED}
+    notes = measured.errors[:5] + ([f"the engine's own speed moved between its profile and the replay "
+                                    f"(after / before, alone): {moved}; the simulator uses the profile"]
+                                   if moved else [])
     return ModeResult(name, measured.summary(), sim, int(measured.failed.sum()),
                       [round(load_before, 2), round(load_after, 2)], round(measured.wall_s, 1),
-                      [round(r, 1) for r in ready_s], measured.errors[:5],
+                      [round(r, 1) for r in ready_s], notes,
                       server=server_deltas(before, after), profile=_profile_points(profile),
                       per_request=per_request, sim_config=dict(sim_config),
                       others_cpu={"profile": profile_others_cpu, "replay": cpu.share}, replay_steal=cpu.steal,
                       real_unpaused=measured.unpaused_summary(),
-                      paused_requests=int(measured.paused.sum()) if measured.paused is not None else 0)
+                      paused_requests=int(measured.paused.sum()) if measured.paused is not None else 0,
+                      speed={"before": speed[2], "after": speed_after, "drift": drift})
 
 
 def profile_path(out: Path, mode: str) -> Path:
@@ -341,7 +364,8 @@ def _profile_points(profile: Profile) -> dict[str, Any]:
 
 
 def table(results: list[ModeResult]) -> Table:
-    t = Table(title="simulator vs vLLM CPU (client-side; ITL = per-request mean gap)")
+    t = Table(title="simulator vs vLLM CPU (client-side; ITL = per-request mean gap; stall = a request's longest "
+                    "gap per token; itl_token = every token's gap)")
     for col in ("mode", "metric", "vLLM", "sim", "sim/vLLM", "goal"):
         t.add_column(col, justify="left" if col in ("mode", "metric") else "right")
     for r in results:
@@ -351,18 +375,28 @@ def table(results: list[ModeResult]) -> Table:
             mark = "[green]ok[/]" if ok[m] else "[red]off[/]"
             t.add_row(r.mode, m, f"{r.real[m]:.1f}", f"{r.sim[m]:.1f}", f"{ratios[m]:.2f}",
                       f"±{TOLERANCE[q]:.0%} {mark}")
+        for m in STALL_METRICS:
+            if m in r.real and m in r.sim:
+                ratio = r.sim[m] / r.real[m] if r.real[m] else float("nan")
+                t.add_row(r.mode, m, f"{r.real[m]:.1f}", f"{r.sim[m]:.1f}", f"{ratio:.2f}", "reported")
     return t
 
 
 def tradeoff(results: list[ModeResult]) -> dict[str, dict[str, bool]] | None:
-    """Disaggregation's trade-off in each source: ITL tail down, TTFT up (None unless both modes ran)."""
+    """Disaggregation's trade-off in each source: ITL tail down (the per-request mean's p95 and, where
+    measured, the stall's p95), TTFT up (None unless both modes ran)."""
     by = {r.mode: r for r in results}
     if set(by) != set(MODES):
         return None
     agg, dis = by[Mode.AGGREGATED.value], by[Mode.DISAGGREGATED.value]
-    return {src: {"itl_p95_down": getattr(dis, src)["itl_p95_ms"] < getattr(agg, src)["itl_p95_ms"],
-                  "ttft_p50_up": getattr(dis, src)["ttft_p50_ms"] > getattr(agg, src)["ttft_p50_ms"]}
-            for src in ("real", "sim")}
+    out: dict[str, dict[str, bool]] = {}
+    for src in ("real", "sim"):
+        a, d = getattr(agg, src), getattr(dis, src)
+        out[src] = {"itl_p95_down": d["itl_p95_ms"] < a["itl_p95_ms"], "ttft_p50_up": d["ttft_p50_ms"] > a["ttft_p50_ms"]}
+        for tail in ("stall_p95_ms", "itl_token_p99_ms"):
+            if tail in a and tail in d:
+                out[src][tail.replace("_ms", "_down")] = d[tail] < a[tail]
+    return out
 
 
 def write_json(path: Path, options: FidelityOptions, trace: RequestTrace, results: list[ModeResult]) -> None:

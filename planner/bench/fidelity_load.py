@@ -8,7 +8,10 @@ hits the prefix cache (or, disaggregated, another request's KV files).
 
 Each request is measured the way the simulator defines its figures (planner/sim/request_log.py): TTFT = first
 token received - request sent (the client's clock, so the API front end is inside it); ITL = the request's
-mean gap, (last token - first token) / (output tokens - 1).
+mean gap, (last token - first token) / (output tokens - 1). Reported beside them, not in the goal: the
+request's *stall*, its longest gap between two chunks of tokens per token the later one carried
+(``longest_step_s``; the simulator's ``itl_max_s``, the longest step it decoded through). A prefill run in the same step as a decode stalls that decode; it is where
+disaggregation's ITL gain shows, which the per-request mean averages away.
 
 A watcher on the client's own event loop records every pause of at least ``PAUSE_S`` (the loop not run: on
 a virtual machine, mostly the hypervisor running other machines, which stops the server too). A request
@@ -89,16 +92,25 @@ class Measured:
     errors: list[str]
     wall_s: float
     paused: np.ndarray | None = None
+    itl_max_s: np.ndarray | None = None  # per request, the longest gap between two chunks (its stall)
+    token_gaps_s: list[np.ndarray] | None = None  # per request, the gap before each token (token_gaps)
 
     def summary(self) -> dict[str, float]:
-        return percentiles(self.ttft_s, self.itl_mean_s)
+        return percentiles(self.ttft_s, self.itl_mean_s, self.itl_max_s, _joined(self.token_gaps_s))
 
     def unpaused_summary(self) -> dict[str, float]:
         """The same figures over the requests no pause reached before their first token."""
         if self.paused is None:
             return self.summary()
         keep = ~self.paused
-        return percentiles(self.ttft_s[keep], self.itl_mean_s[keep])
+        return percentiles(self.ttft_s[keep], self.itl_mean_s[keep],
+                           None if self.itl_max_s is None else self.itl_max_s[keep],
+                           None if self.token_gaps_s is None else
+                           _joined([g for g, k in zip(self.token_gaps_s, keep, strict=True) if k]))
+
+
+def _joined(gaps: list[np.ndarray] | None) -> np.ndarray | None:
+    return None if gaps is None else np.concatenate([np.zeros(0), *gaps])
 
 
 def paused_requests(results: list[StreamResult], pauses: list[tuple[float, float]]) -> np.ndarray:
@@ -111,10 +123,19 @@ def paused_requests(results: list[StreamResult], pauses: list[tuple[float, float
     return out
 
 
-def percentiles(ttft_s: np.ndarray, itl_mean_s: np.ndarray) -> dict[str, float]:
-    """TTFT and per-request mean ITL p50/p95 in ms over the requests that finished."""
+def percentiles(ttft_s: np.ndarray, itl_mean_s: np.ndarray, itl_max_s: np.ndarray | None = None,
+                token_gaps_s: np.ndarray | None = None) -> dict[str, float]:
+    """TTFT and per-request mean ITL p50/p95 in ms over the requests that finished; with ``itl_max_s`` the
+    per-request stall's (``stall_p50_ms``, ``stall_p95_ms``); with ``token_gaps_s`` (one gap per token, all
+    requests) the token-level ITL's p95 and p99 (``itl_token_p95_ms``, ``itl_token_p99_ms``, the ITL
+    percentiles vLLM's own serving benchmark reports)."""
     out: dict[str, float] = {}
-    for name, values in (("ttft", ttft_s), ("itl", itl_mean_s)):
+    series = [("ttft", ttft_s), ("itl", itl_mean_s)] + ([] if itl_max_s is None else [("stall", itl_max_s)])
+    if token_gaps_s is not None:
+        ok = token_gaps_s[np.isfinite(token_gaps_s)] * 1e3
+        for q in (95, 99):
+            out[f"itl_token_p{q}_ms"] = round(float(np.percentile(ok, q)), 2) if len(ok) else float("nan")
+    for name, values in series:
         ok = values[np.isfinite(values)] * 1e3
         for q in (50, 95):
             out[f"{name}_p{q}_ms"] = round(float(np.percentile(ok, q)), 2) if len(ok) else float("nan")
@@ -161,6 +182,8 @@ async def _replay(url: str, trace: RequestTrace, model: str, vocab: int, seed: i
 def _measured(results: list[StreamResult], trace: RequestTrace, wall_s: float) -> Measured:
     n = len(results)
     ttft, itl, failed = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=bool)
+    stall = np.full(n, np.nan)
+    token_gaps: list[np.ndarray] = [np.zeros(0)] * n
     errors: list[str] = []
     for i, r in enumerate(results):
         got = r.tokens[-1] if r.tokens else 0
@@ -169,8 +192,65 @@ def _measured(results: list[StreamResult], trace: RequestTrace, wall_s: float) -
             errors.append(f"request {i}: {r.error or f'HTTP {r.status}'}; {got} of {int(trace.osl[i])} tokens")
             continue
         ttft[i] = r.ttft_s
-        itl[i] = (r.events_s[-1] - r.events_s[0]) / (got - 1)
-    return Measured(ttft, itl, failed, errors, wall_s)
+        if got > 1:  # a one-token output has no gap
+            itl[i] = (r.events_s[-1] - r.events_s[0]) / (got - 1)
+            stall[i] = longest_step_s(r.events_s, r.tokens)
+            token_gaps[i] = per_token_gaps_s(r.events_s, r.tokens)
+    return Measured(ttft, itl, failed, errors, wall_s, itl_max_s=stall, token_gaps_s=token_gaps)
+
+
+def per_token_gaps_s(events_s: list[float], tokens: list[int]) -> np.ndarray:
+    """The gap before each token after the first: a chunk of k tokens after a gap g gives k gaps of g / k (the
+    HTTP process merged what the engine made at that pace, docs/engines/vllm-cpu.md)."""
+    gaps = np.diff(np.asarray(events_s, dtype=float))
+    counts = np.maximum(np.diff(np.asarray(tokens, dtype=np.int64)), 1)
+    return np.repeat(gaps / counts, counts)
+
+
+def longest_step_s(events_s: list[float], tokens: list[int]) -> float:
+    """The longest gap between two chunks, per token the later chunk carried: a chunk of k tokens after a
+    gap of k steps is the HTTP process merging what the engine made at its usual pace (vLLM does when that
+    process lags, docs/engines/vllm-cpu.md), not one long step. 0 when every token came in one chunk."""
+    gaps = np.diff(np.asarray(events_s, dtype=float))
+    counts = np.maximum(np.diff(np.asarray(tokens, dtype=float)), 1.0)
+    return float(np.max(gaps / counts)) if len(gaps) else 0.0
+
+
+SPEED_ISL, SPEED_DECODE_TOKENS, SPEED_REPS = 1024, 48, 5
+
+
+def probe_speed(prefill_url: str, decode_url: str, reps: int = SPEED_REPS, model: str = "tiny", vocab: int = 4096,
+                seed: int = 2) -> dict[str, float]:
+    """The engine's speed alone, the same way each time: the median client TTFT of a lone 1,024-token prompt
+    on ``prefill_url`` and the median mean gap of a lone 48-token stream on ``decode_url`` (ms). Taken before
+    the profile and after the replay, their ratio is how far the engine's own speed moved in between."""
+    return asyncio.run(_speed(prefill_url, decode_url, reps, model, vocab, seed))
+
+
+async def _speed(prefill_url: str, decode_url: str, reps: int, model: str, vocab: int, seed: int) -> dict[str, float]:
+    shape = RequestShape(model, CONTINUOUS_USAGE, OPTIONAL_BODY)
+    rng = random.Random(seed)
+    low, high = token_id_range(vocab)
+    ttft, step = [], []
+    async with make_client(prefill_url, 2, 120.0) as pre, make_client(decode_url, 2, 120.0) as dec:
+        for _ in range(reps):
+            r = await stream_completion(pre, shape, [rng.randrange(low, high) for _ in range(SPEED_ISL)], 2)
+            d = await stream_completion(dec, shape, [rng.randrange(low, high) for _ in range(16)], SPEED_DECODE_TOKENS)
+            for name, res in (("prefill", r), ("decode", d)):
+                if not res.ok:
+                    raise UserError(f"speed probe on the {name} server: {res.error or res.status}", key="url")
+            ttft.append(r.ttft_s)
+            got = d.tokens[-1] if d.tokens else 0
+            if got > 1:
+                step.append((d.events_s[-1] - d.events_s[0]) / (got - 1))
+    return {"prefill_ttft_ms": round(float(np.median(ttft)) * 1e3, 2),
+            "decode_step_ms": round(float(np.median(step)) * 1e3, 3) if step else float("nan")}
+
+
+def speed_drift(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """after / before per figure of probe_speed (1.0: the engine ran as fast in the replay as in its profile)."""
+    return {k: round(after[k] / before[k], 3) if before.get(k) and after.get(k) == after.get(k) else float("nan")
+            for k in before}
 
 
 HANDOFF_ISLS = (256, 1024, 2048)  # prompt lengths the hand-over is probed at (the slice's prompts are <= 2,048)

@@ -22,7 +22,7 @@ def simulate(trace: RequestTrace, profile: Profile, mode: Mode, chunk_tokens: in
     cluster = Cluster(trace, profile, sim_config, {pool: 1 for pool in mode.pools})
     cluster.run_until(math.inf)
     cluster.fail_unfinished()
-    return cluster.results()
+    return {**cluster.results(), "token_gaps_s": cluster.log.token_gaps_s()}
 
 
 def resimulate(results_json: Path, chunk_tokens: int, **config: float) -> dict[str, dict[str, Any]]:
@@ -39,5 +39,6 @@ def resimulate(results_json: Path, chunk_tokens: int, **config: float) -> dict[s
         profile = Profile.model_validate_json(
             results_json.with_name(f"{results_json.stem}.{mode['mode']}.profile.json").read_text())
         sim = simulate(trace, profile, Mode(mode["mode"]), chunk_tokens, **{**mode.get("sim_config", {}), **config})
-        out[mode["mode"]] = {"real": mode["real"], "sim": percentiles(sim["ttft_s"], sim["itl_mean_s"])}
+        out[mode["mode"]] = {"real": mode["real"], "sim": percentiles(sim["ttft_s"], sim["itl_mean_s"], sim["itl_max_s"],
+                                                                 sim["token_gaps_s"])}
     return out

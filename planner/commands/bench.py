@@ -200,12 +200,17 @@ def bench_fidelity(
     with phase_progress(console) as progress:
         results = fidelity.run(console, options, progress)
     console.print(fidelity.table(results))
-    console.print(f"trade-off (ITL p95 down, TTFT p50 up with disaggregation): {fidelity.tradeoff(results)}")
+    console.print(f"trade-off (ITL tail down, TTFT p50 up with disaggregation): {fidelity.tradeoff(results)}")
     for r in results:
         console.print(f"{r.mode}: {r.paused_requests} requests waited through a pause of the client's loop "
                       f"(>= {PAUSE_S * 1e3:.0f} ms); vLLM over the others: {r.real_unpaused}")
         console.print(f"{r.mode}: {r.failed} failed, load average {r.load_avg}, other jobs' CPU share "
                       f"{r.others_cpu} (hypervisor steal in the replay {r.replay_steal}), replay {r.wall_s} s, ready {r.servers_ready_s} s")
+        if r.speed:
+            console.print(f"{r.mode}: the engine alone, before the profile {r.speed['before']}, after the replay "
+                          f"{r.speed['after']} (after / before {r.speed['drift']})")
+        for note in r.notes:
+            console.print(f"{r.mode}: {note}")
     console.print(f"wrote {out}")
 
 

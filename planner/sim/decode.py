@@ -87,22 +87,29 @@ class DecodeStage:
         """Advance ``steps`` steps ending at ``end_s``; finish what is done, then admit at that boundary."""
         batch = replica.batch
         if batch and steps:
-            step_s = (end_s - replica.boundary_s + replica.stall_s) / steps
-            self._token_gaps.append((end_s, step_s, batch * steps))
-            # the segment goes on the monotone stack, over the shorter steps it makes irrelevant
-            segments, segment_step_s = replica.gap_stack_segments, replica.gap_stack_step_s
-            while segment_step_s and segment_step_s[-1] <= step_s:
-                segment_step_s.pop()
-                segments.pop()
-            segments.append(replica.segment_count)
-            segment_step_s.append(step_s)
-            replica.segment_count += 1
+            stall_s = replica.stall_s
+            step_s = (end_s - replica.boundary_s + stall_s) / steps
+            if stall_s:
+                # The admission work held the segment's first step only: that one gap is a step plus the
+                # stall (spread over the segment it would hide in the largest gap and in the ITL histogram's
+                # tail); the sequences it admitted count from the next segment (_at_boundary), the stall being
+                # before their first token.
+                base_s = step_s - stall_s / steps
+                self._token_gaps.append((end_s, base_s + stall_s, batch - replica.stall_newcomers))
+                self._push_gap(replica, base_s + stall_s)
+                if steps > 1:
+                    self._token_gaps.append((end_s, base_s, batch * (steps - 1)))
+                    self._push_gap(replica, base_s)
+            else:
+                self._token_gaps.append((end_s, step_s, batch * steps))
+                self._push_gap(replica, step_s)
             replica.steps_done += steps
             replica.context_tokens += batch * steps
         else:
             step_s = 0.0
         replica.boundary_s = end_s
         replica.stall_s = 0.0
+        replica.stall_newcomers = 0
         finish_steps = replica.finish_steps
         steps_done = replica.steps_done
         if finish_steps and finish_steps[0][0] <= steps_done:
@@ -123,6 +130,17 @@ class DecodeStage:
                 itl_max_s[req] = segment_step_s[pos] if pos < len(segment_step_s) else step_s
                 log.completed_count += 1
         self._at_boundary(replica, now_s)
+
+    @staticmethod
+    def _push_gap(replica: DecodeReplica, step_s: float) -> None:
+        """A segment's token gap onto the monotone stack, over the shorter gaps it makes irrelevant."""
+        segments, segment_step_s = replica.gap_stack_segments, replica.gap_stack_step_s
+        while segment_step_s and segment_step_s[-1] <= step_s:
+            segment_step_s.pop()
+            segments.pop()
+        segments.append(replica.segment_count)
+        segment_step_s.append(step_s)
+        replica.segment_count += 1
 
     def _at_boundary(self, replica: DecodeReplica, now_s: float) -> None:
         """At a step boundary: admit what fits (FCFS), then plan the next event."""
@@ -152,6 +170,9 @@ class DecodeStage:
                 stall_s = self._admit_s * len(admitted)
                 replica.boundary_s += stall_s
                 replica.stall_s += stall_s
+                replica.stall_newcomers += len(admitted)
+                for req in admitted:  # the stall's own gap is segment_count; theirs begin after it
+                    admitted_segment[req] = segment + 1
         if replica.batch == 0:
             self._go_idle(replica, now_s)
             return
@@ -164,6 +185,7 @@ class DecodeStage:
     def _go_idle(self, replica: DecodeReplica, now_s: float) -> None:
         replica.step_s = 0.0
         replica.stall_s = 0.0
+        replica.stall_newcomers = 0
         replica.next_event_steps = 0
         replica.next_event_s = math.inf
         replica.version += 1

@@ -92,7 +92,8 @@ class DecodeReplica(Replica):
 
     __slots__ = ("batch", "context_tokens", "steps_done", "boundary_s", "step_s", "finish_steps", "waiting",
                  "kv_used_tokens", "next_event_s", "next_event_steps", "gap_stack_segments", "gap_stack_step_s",
-                 "segment_count", "prompt_queue", "outstanding_sequences", "stall_s")
+                 "segment_count", "prompt_queue", "outstanding_sequences", "stall_s",
+                 "stall_newcomers")
 
     def __init__(self, replica_id: int, pool: str, gpus: int, created_s: float, ready_s: float) -> None:
         super().__init__(replica_id, pool, gpus, created_s, ready_s)
@@ -116,6 +117,7 @@ class DecodeReplica(Replica):
         # The current segment began this long before boundary_s: admission work that stalled the batch
         # (DecodeStage.admit_s), so its steps' gaps include it.
         self.stall_s = 0.0
+        self.stall_newcomers = 0  # the sequences that admission work admitted (their first token ends it)
 
     def outstanding(self) -> int:
         return self.outstanding_sequences

@@ -45,6 +45,13 @@ class RequestLog:
                 self.fail(req)
         return self.failed_count - before
 
+    def token_gaps_s(self) -> np.ndarray:
+        """Every token gap of the run, one value per token (what a client timing each token sees)."""
+        if not self.token_gaps:
+            return np.zeros(0)
+        gaps = np.asarray(self.token_gaps, dtype=np.float64)
+        return np.repeat(gaps[:, 1], gaps[:, 2].astype(np.int64))
+
     def results(self) -> dict[str, np.ndarray]:
         arrival = np.asarray(self.arrival_s)
         first = np.asarray(self.first_token_s)
