@@ -130,3 +130,15 @@ def test_the_token_level_tail_counts_every_gap_of_every_request() -> None:
     assert got["itl_token_p95_ms"] == pytest.approx(3.0)
     assert got["itl_token_p99_ms"] == pytest.approx(60.0)
     assert got["itl_p95_ms"] < 5.0
+
+
+def test_a_speed_probe_after_a_dead_server_is_a_note_not_a_lost_run() -> None:
+    from planner.bench.fidelity_load import probe_speed_after, speed_drift
+    from planner.testing.ports import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    after, note = probe_speed_after(url, url)
+    assert after == {} and note is not None and "speed probe after the replay failed" in note
+    drift = speed_drift({"prefill_ttft_ms": 40.0, "decode_step_ms": 3.0}, after)
+    assert set(drift) == {"prefill_ttft_ms", "decode_step_ms"} and all(v != v for v in drift.values())
+    assert speed_drift({"prefill_ttft_ms": 40.0}, {"prefill_ttft_ms": 50.0}) == {"prefill_ttft_ms": 1.25}

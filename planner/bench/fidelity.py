@@ -32,6 +32,7 @@ from planner.bench.fidelity_load import (
     measure_handoff,
     percentiles,
     probe_speed,
+    probe_speed_after,
     replay_trace,
     speed_drift,
     trace_slice,
@@ -287,7 +288,7 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
                                 on_done=lambda n: progress(f"{name}: replay", n, len(trace)))
     after = server_means(engine_urls)
     load_after = os.getloadavg()[0]
-    speed_after = probe_speed(speed[0], speed[1])  # after the server means: its requests are not the replay's
+    speed_after, probe_failed = probe_speed_after(speed[0], speed[1])  # after the means: not the replay's requests
     drift = speed_drift(speed[2], speed_after)
     if options.out is not None:  # kept, so the replay can be simulated again (resimulate) as the model changes
         options.out.parent.mkdir(parents=True, exist_ok=True)
@@ -304,7 +305,7 @@ def _replay_and_simulate(name: str, url: str, trace: RequestTrace, profile: Prof
     moved = {k: v for k, v in drift.items() if v == v and abs(v - 1.0) > DRIFT_NOTED}
     notes = measured.errors[:5] + ([f"the engine's own speed moved between its profile and the replay "
                                     f"(after / before, alone): {moved}; the simulator uses the profile"]
-                                   if moved else [])
+                                   if moved else []) + ([probe_failed] if probe_failed else [])
     return ModeResult(name, measured.summary(), sim, int(measured.failed.sum()),
                       [round(load_before, 2), round(load_after, 2)], round(measured.wall_s, 1),
                       [round(r, 1) for r in ready_s], notes,

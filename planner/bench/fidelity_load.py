@@ -249,8 +249,20 @@ async def _speed(prefill_url: str, decode_url: str, reps: int, model: str, vocab
 
 def speed_drift(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """after / before per figure of probe_speed (1.0: the engine ran as fast in the replay as in its profile)."""
-    return {k: round(after[k] / before[k], 3) if before.get(k) and after.get(k) == after.get(k) else float("nan")
-            for k in before}
+    out = {}
+    for k, was in before.items():
+        now = after.get(k)
+        out[k] = round(now / was, 3) if was and now is not None and now == now else float("nan")
+    return out
+
+
+def probe_speed_after(prefill_url: str, decode_url: str) -> tuple[dict[str, float], str | None]:
+    """probe_speed after a replay, never fatal: a server that died in the replay costs the drift figure (and
+    says why), not the replay's results."""
+    try:
+        return probe_speed(prefill_url, decode_url), None
+    except Exception as exc:  # noqa: BLE001 - any failure here (refused, reset, UserError) is one note
+        return {}, f"speed probe after the replay failed ({type(exc).__name__}: {exc}); no drift figure"
 
 
 HANDOFF_ISLS = (256, 1024, 2048)  # prompt lengths the hand-over is probed at (the slice's prompts are <= 2,048)
