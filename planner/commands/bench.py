@@ -177,7 +177,9 @@ def bench_fidelity(
     decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="tokens per stream in a decode "
                                                "profile point's window")] = 96,
 ) -> None:
-    """Real vLLM (CPU build, tiny model) vs the simulator on the same trace slice: TTFT/ITL p50/p95."""
+    """Real vLLM (CPU build, tiny model) vs the simulator on the same trace slice: TTFT/ITL p50/p95 (the goal),
+    the ITL tail beside them (each request's longest gap, every token's gap), and the engine's own speed
+    before the profile and after the replay."""
     from planner.bench import fidelity
     from planner.bench.fidelity_load import PAUSE_S, SliceSpec
     from planner.bench.sim import DEFAULT_TRACE
