@@ -52,6 +52,9 @@ def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared_vllm, share
     written = json.loads(out.read_text())
     assert len(written["modes"][0]["per_request"]["paused"]) == 60
     assert set(result.real_unpaused) == set(result.real)
+    # The engine timed alone before the profile and after the replay: both probes answered.
+    assert set(result.speed) == {"before", "after", "drift"}
+    assert all(v > 0 for v in result.speed["before"].values()) and all(v > 0 for v in result.speed["after"].values())
     assert written["modes"][0]["real"] == result.real and written["slice"]["requests"] == 60
     ratios = result.ratios()
     shares = list(result.others_cpu.values())
@@ -70,4 +73,5 @@ def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared_vllm, share
         # figures, never hidden; the harness checks above still fail the test outright.
         pytest.xfail(f"sim/vLLM outside tolerance: {off}; real {result.real}, sim {result.sim}, "
                      f"load {result.load_avg}; {result.paused_requests} requests waited through a client pause, "
-                     f"real over the others {result.real_unpaused}")
+                     f"real over the others {result.real_unpaused}; the engine's speed after / before "
+                     f"{result.speed.get('drift')}")
