@@ -8,10 +8,12 @@ hits the prefix cache (or, disaggregated, another request's KV files).
 
 Each request is measured the way the simulator defines its figures (planner/sim/request_log.py): TTFT = first
 token received - request sent (the client's clock, so the API front end is inside it); ITL = the request's
-mean gap, (last token - first token) / (output tokens - 1). Reported beside them, not in the goal: the
-request's *stall*, its longest gap between two chunks of tokens per token the later one carried
-(``longest_step_s``; the simulator's ``itl_max_s``, the longest step it decoded through). A prefill run in the same step as a decode stalls that decode; it is where
-disaggregation's ITL gain shows, which the per-request mean averages away.
+mean gap, (last token - first token) / (output tokens - 1). Reported beside them, not in the goal, the ITL
+tail: the request's *stall*, its longest gap between two chunks per token the later one carried
+(``longest_step_s``; the simulator's ``itl_max_s``, the longest step it decoded through), and every token's
+gap (``per_token_gaps_s``; the simulator's ``RequestLog.token_gaps_s``). A prefill run in the same step as a
+decode stalls that decode: it is where disaggregation's ITL gain shows, which the per-request mean averages
+away.
 
 A watcher on the client's own event loop records every pause of at least ``PAUSE_S`` (the loop not run: on
 a virtual machine, mostly the hypervisor running other machines, which stops the server too). A request

@@ -39,6 +39,6 @@ def resimulate(results_json: Path, chunk_tokens: int, **config: float) -> dict[s
         profile = Profile.model_validate_json(
             results_json.with_name(f"{results_json.stem}.{mode['mode']}.profile.json").read_text())
         sim = simulate(trace, profile, Mode(mode["mode"]), chunk_tokens, **{**mode.get("sim_config", {}), **config})
-        out[mode["mode"]] = {"real": mode["real"], "sim": percentiles(sim["ttft_s"], sim["itl_mean_s"], sim["itl_max_s"],
-                                                                 sim["token_gaps_s"])}
+        figures = percentiles(sim["ttft_s"], sim["itl_mean_s"], sim["itl_max_s"], sim["token_gaps_s"])
+        out[mode["mode"]] = {"real": mode["real"], "sim": figures}
     return out
