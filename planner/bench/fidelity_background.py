@@ -13,7 +13,6 @@ server from its own curve; the curve is measured under the conditions it is used
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
 import time
 from typing import Any
@@ -25,7 +24,7 @@ from planner.profiler.loadgen import (
     make_client,
     stream_completion,
 )
-from planner.profiler.prompts import token_id_range
+from planner.profiler.prompts import TOKEN_IDS, PromptMaker
 from planner.sim.traces import RequestTrace
 
 PROMPT_TOKENS = 64  # the decode server prefills these itself (no KV files for them): a small share of its work
@@ -40,8 +39,7 @@ class DecodeBackground:
                  seed: int = 2) -> None:
         self.url, self.trace, self.model = url, trace, model
         self.sent = self.failed = self.cycles = 0
-        self._rng = random.Random(seed)
-        self._ids = token_id_range(vocab)
+        self._prompts = PromptMaker(TOKEN_IDS, vocab, seed)  # fresh ids: no prefix-cache hit
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="decode-background", daemon=True)
         self._task: asyncio.Task[None] | None = None
@@ -84,10 +82,8 @@ class DecodeBackground:
         delay = at_s - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        low, high = self._ids
-        prompt = [self._rng.randrange(low, high) for _ in range(PROMPT_TOKENS)]  # fresh: no prefix-cache hit
         try:
-            r = await stream_completion(client, shape, prompt, osl)
+            r = await stream_completion(client, shape, self._prompts.make(PROMPT_TOKENS), osl)
         except Exception:  # noqa: BLE001 - background load: a lost request is counted, not raised
             self.failed += 1
             return

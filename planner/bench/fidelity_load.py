@@ -10,7 +10,7 @@ Each request is measured the way the simulator defines its figures (planner/sim/
 token received - request sent (the client's clock, so the API front end is inside it); ITL = the request's
 mean gap, (last token - first token) / (output tokens - 1). Reported beside them, not in the goal, the ITL
 tail: the request's *stall*, its longest gap between two chunks per token the later one carried
-(``longest_step_s``; the simulator's ``itl_max_s``, the longest step it decoded through), and every token's
+(the largest of ``per_token_gaps_s``; the simulator's ``itl_max_s``, the longest step it decoded through), and every token's
 gap (``per_token_gaps_s``; the simulator's ``RequestLog.token_gaps_s``). A prefill run in the same step as a
 decode stalls that decode: it is where disaggregation's ITL gain shows, which the per-request mean averages
 away.
@@ -24,7 +24,6 @@ engine did on a machine that was not stopped (docs/fidelity.md, the 11:05 run).
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -42,7 +41,7 @@ from planner.profiler.loadgen import (
     make_client,
     stream_completion,
 )
-from planner.profiler.prompts import token_id_range
+from planner.profiler.prompts import TOKEN_IDS, PromptMaker
 from planner.sim.traces import RequestTrace, load_requests
 
 
@@ -153,9 +152,8 @@ def replay_trace(url: str, trace: RequestTrace, model: str = "tiny", vocab: int 
 async def _replay(url: str, trace: RequestTrace, model: str, vocab: int, seed: int,
                   on_done: Callable[[int], None] | None) -> Measured:
     shape = RequestShape(model, CONTINUOUS_USAGE, OPTIONAL_BODY)
-    rng = random.Random(seed)
-    low, high = token_id_range(vocab)
-    prompts = [[rng.randrange(low, high) for _ in range(int(n))] for n in trace.isl]
+    maker = PromptMaker(TOKEN_IDS, vocab, seed)  # fresh ids: no prefix-cache hit
+    prompts = [maker.make(int(n)) for n in trace.isl]
     results = [StreamResult(0.0) for _ in prompts]
     done = 0
 
@@ -195,27 +193,24 @@ def _measured(results: list[StreamResult], trace: RequestTrace, wall_s: float) -
             continue
         ttft[i] = r.ttft_s
         if got > 1:  # a one-token output has no gap
-            itl[i] = (r.events_s[-1] - r.events_s[0]) / (got - 1)
-            stall[i] = longest_step_s(r.events_s, r.tokens)
+            itl[i] = mean_gap_s(r)
             token_gaps[i] = per_token_gaps_s(r.events_s, r.tokens)
+            stall[i] = float(token_gaps[i].max()) if len(token_gaps[i]) else 0.0  # one chunk: no gap seen
     return Measured(ttft, itl, failed, errors, wall_s, itl_max_s=stall, token_gaps_s=token_gaps)
+
+
+def mean_gap_s(r: StreamResult) -> float:
+    """A finished stream's mean gap between tokens, (last - first) / (tokens - 1): the simulator's ITL."""
+    return (r.events_s[-1] - r.events_s[0]) / (r.tokens[-1] - 1)
 
 
 def per_token_gaps_s(events_s: list[float], tokens: list[int]) -> np.ndarray:
     """The gap before each token after the first: a chunk of k tokens after a gap g gives k gaps of g / k (the
-    HTTP process merged what the engine made at that pace, docs/engines/vllm-cpu.md)."""
+    HTTP process merged what the engine made at that pace, docs/engines/vllm-cpu.md: k tokens after k steps
+    are not one long step). Their largest is the request's stall."""
     gaps = np.diff(np.asarray(events_s, dtype=float))
     counts = np.maximum(np.diff(np.asarray(tokens, dtype=np.int64)), 1)
     return np.repeat(gaps / counts, counts)
-
-
-def longest_step_s(events_s: list[float], tokens: list[int]) -> float:
-    """The longest gap between two chunks, per token the later chunk carried: a chunk of k tokens after a
-    gap of k steps is the HTTP process merging what the engine made at its usual pace (vLLM does when that
-    process lags, docs/engines/vllm-cpu.md), not one long step. 0 when every token came in one chunk."""
-    gaps = np.diff(np.asarray(events_s, dtype=float))
-    counts = np.maximum(np.diff(np.asarray(tokens, dtype=float)), 1.0)
-    return float(np.max(gaps / counts)) if len(gaps) else 0.0
 
 
 SPEED_ISL, SPEED_DECODE_TOKENS, SPEED_REPS = 1024, 48, 5
@@ -231,20 +226,18 @@ def probe_speed(prefill_url: str, decode_url: str, reps: int = SPEED_REPS, model
 
 async def _speed(prefill_url: str, decode_url: str, reps: int, model: str, vocab: int, seed: int) -> dict[str, float]:
     shape = RequestShape(model, CONTINUOUS_USAGE, OPTIONAL_BODY)
-    rng = random.Random(seed)
-    low, high = token_id_range(vocab)
+    maker = PromptMaker(TOKEN_IDS, vocab, seed)
     ttft, step = [], []
     async with make_client(prefill_url, 2, 120.0) as pre, make_client(decode_url, 2, 120.0) as dec:
         for _ in range(reps):
-            r = await stream_completion(pre, shape, [rng.randrange(low, high) for _ in range(SPEED_ISL)], 2)
-            d = await stream_completion(dec, shape, [rng.randrange(low, high) for _ in range(16)], SPEED_DECODE_TOKENS)
+            r = await stream_completion(pre, shape, maker.make(SPEED_ISL), 2)
+            d = await stream_completion(dec, shape, maker.make(16), SPEED_DECODE_TOKENS)
             for name, res in (("prefill", r), ("decode", d)):
                 if not res.ok:
                     raise UserError(f"speed probe on the {name} server: {res.error or res.status}", key="url")
             ttft.append(r.ttft_s)
-            got = d.tokens[-1] if d.tokens else 0
-            if got > 1:
-                step.append((d.events_s[-1] - d.events_s[0]) / (got - 1))
+            if d.tokens and d.tokens[-1] > 1:
+                step.append(mean_gap_s(d))
     return {"prefill_ttft_ms": round(float(np.median(ttft)) * 1e3, 2),
             "decode_step_ms": round(float(np.median(step)) * 1e3, 3) if step else float("nan")}
 
@@ -307,16 +300,14 @@ def handoff_config(gaps_s: dict[int, float], first_step_s: float, admit_s: float
 async def _handoff(router_url: str, prefill_url: str, isls: tuple[int, ...], reps: int, model: str, vocab: int,
                    seed: int) -> dict[int, float]:
     shape = RequestShape(model, CONTINUOUS_USAGE, OPTIONAL_BODY)
-    rng = random.Random(seed)
-    low, high = token_id_range(vocab)
+    maker = PromptMaker(TOKEN_IDS, vocab, seed)
     gaps: dict[int, float] = {}
     async with make_client(router_url, 2, 120.0) as via_router, make_client(prefill_url, 2, 120.0) as direct:
         for isl in isls:
             times: dict[str, list[float]] = {"router": [], "direct": []}
             for _ in range(reps):
                 for name, client in (("router", via_router), ("direct", direct)):
-                    prompt = [rng.randrange(low, high) for _ in range(isl)]  # fresh: no prefix-cache hit
-                    r = await stream_completion(client, shape, prompt, 2)
+                    r = await stream_completion(client, shape, maker.make(isl), 2)  # fresh: no prefix-cache hit
                     if not r.ok:
                         raise UserError(f"hand-over probe via {name}: {r.error or r.status}", key="url")
                     times[name].append(r.ttft_s)
