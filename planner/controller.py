@@ -19,6 +19,7 @@ from planner.decide import DeciderSpec, PlannerState, decide
 from planner.decide.demand import ISL_SOURCES, OSL_SOURCES
 from planner.errors import UserError
 from planner.forecast import Forecaster, LastValue, make_forecaster
+from planner.forecast.burst import rate_cv
 from planner.profile import Profile
 from planner.types import Decision, Forecast, LengthMix, LoadForecast, Mode, NoData, Observation, Pool, Reason
 
@@ -168,11 +169,22 @@ class PlannerController:
                     self.history.pop()  # a re-read of the same window replaces the earlier one
                 self.history.append(sample)
             forecast, fell_back = self.forecaster.forecast(self.history, now_s)
+            if forecast is not None and self.policy.behavior.steady is not None:
+                forecast = replace(forecast, rate_cv=self._rate_cv(now_s))
         self.last_forecast = forecast
         decision, self.state = decide(self.spec, observation, forecast, self.state, now_s)
         if fell_back and Reason.NO_DATA_HOLD not in decision.reasons:
             decision = _with_reason(decision, Reason.FORECAST_FALLBACK)
         return decision
+
+
+    def _rate_cv(self, now_s: float) -> float | None:
+        """The arrival rate's burstiness over ``behavior.steady.over_s`` of history (it picks the scale-down
+        rules); the rates were read over ``metrics.window_s`` windows."""
+        steady = self.policy.behavior.steady
+        assert steady is not None
+        return rate_cv([s.at_s for s in self.history], [s.rate_rps for s in self.history], now_s,
+                       steady.over_s, self.policy.metrics.window_s)
 
 
 def _with_reason(decision: Decision, reason: Reason) -> Decision:

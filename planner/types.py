@@ -238,6 +238,10 @@ class LoadForecast:
     # The shape of the prompt-length distribution over the horizon (its mean is ``isl_tokens``); None: unknown,
     # and the decision assumes exponential lengths around the mean.
     isl_mix: LengthMix | None = None
+    # How bursty the arrival rate was over the recent history: its coefficient of variation with Poisson's
+    # counting noise taken out (planner/forecast/burst.py). It picks the scale-down rules (config.Steady);
+    # None: unknown, and the hedge applies.
+    rate_cv: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------- decision

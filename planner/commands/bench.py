@@ -144,6 +144,47 @@ def bench_suite(
     console.print(f"wrote {out / 'suite.json'}")
 
 
+def bench_seeds(
+    policy: Annotated[list[Path] | None, typer.Option(help="a policy to replay (repeat the flag to compare; the "
+                                                      "first is the reference; default: policies/example.yaml)")] = None,
+    seeds: Annotated[int, typer.Option(help="seeds 0 .. N-1 of each scenario's arrivals")] = 5,
+    scenarios: Annotated[str | None, typer.Option(help="comma-separated subset (default: all): azure-conv, "
+                                                  "azure-code, servegen, long-lognormal, chat-docs")] = None,
+    traces: Annotated[Path | None, typer.Option(help="folder holding azure2023/ and servegen/ (default: "
+                                                "../shared/traces beside the repository)")] = None,
+    out: Annotated[Path, typer.Option(help="JSON results")] = Path("out/seeds.json"),
+    workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
+) -> None:
+    """The planner alone on every suite scenario under several arrival seeds, per policy: whether a policy
+    change is a gain or one seed's luck (attainment mean and worst, runs below the SLA, GPU-hours ratio)."""
+    from planner.bench import seeds as study
+    from planner.sim.suite import default_traces_dir, scenario_policy
+
+    if seeds < 1 or seeds > 100:
+        raise UserError(f"--seeds: {seeds} must be in 1..100")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: {workers} must be >= 1")
+    if traces is not None and not traces.is_dir():
+        raise UserError(f"--traces: {traces} is not a folder")
+    paths: list[Path | None] = list(policy) if policy else [None]
+    labels = [str(p) if p is not None else "policies/example.yaml" for p in paths]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"--policy: {', '.join(labels)}: each policy once")
+    names = [n.strip() for n in scenarios.split(",") if n.strip()] if scenarios else None
+    command = " ".join(["planner bench seeds", *(f"--policy {p}" for p in policy or ()), f"--seeds {seeds}",
+                        *([f"--scenarios {scenarios}"] if scenarios else []),
+                        *([f"--traces {traces}"] if traces else []), f"--out {out}",
+                        *([f"--workers {workers}"] if workers else [])])
+    console = Console() if Console().is_terminal else Console(width=170)
+    runs = study.run(console, dict(zip(labels, paths, strict=True)), names, list(range(seeds)),
+                     traces or default_traces_dir(), workers or os.cpu_count() or 1)
+    sla_share = scenario_policy(paths[0]).sla.percentile / 100.0
+    rows = study.summary(runs, sla_share)
+    console.print(study.table(rows, sla_share))
+    study.write(out, runs, rows, command)
+    console.print(f"wrote {out}")
+
+
 def bench_endpoint(
     streams: Annotated[int, typer.Option(help="concurrent streams")] = 256,
     context: Annotated[int, typer.Option(help="context tokens per stream")] = 512,
@@ -223,5 +264,6 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("forecast")(bench_forecast)
     bench_app.command("observe")(bench_observe)
     bench_app.command("suite")(bench_suite)
+    bench_app.command("seeds")(bench_seeds)
     bench_app.command("endpoint")(bench_endpoint)
     bench_app.command("fidelity")(bench_fidelity)

@@ -32,12 +32,18 @@ class Behaved:
     memory: PoolMemory  # with this tick's recommendation recorded
 
 
+def _downs(rules: Behavior) -> tuple[ScalingRules, ...]:
+    """Every scale-down rule set the behaviour may use: memory is kept for the longest, so that switching
+    from the steady rules back to the hedge finds the hedge's window and events in place."""
+    return (rules.scale_down,) if rules.steady is None else (rules.scale_down, rules.steady.scale_down)
+
+
 def _window(rules: Behavior) -> float:
-    return float(max(rules.scale_up.stabilization_window_s, rules.scale_down.stabilization_window_s))
+    return float(max(rules.scale_up.stabilization_window_s, *(d.stabilization_window_s for d in _downs(rules))))
 
 
 def _period(rules: Behavior) -> float:
-    periods = [p.period_s for p in (*rules.scale_up.policies, *rules.scale_down.policies)]
+    periods = [p.period_s for p in (*rules.scale_up.policies, *(q for d in _downs(rules) for q in d.policies))]
     return float(max(periods, default=0))
 
 
@@ -92,11 +98,12 @@ def _rate_limited(out: int, current: int, memory: PoolMemory, now_s: float, rule
 
 
 def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior, spec: PoolSpec,
-           allow_down: bool = True, flap_guard: bool = True) -> Behaved:
+           allow_down: bool = True, flap_guard: bool = True, keep_s: float = 0.0) -> Behaved:
     """The replicas to ask for this tick, the reason for every clamp, and the memory to carry forward.
 
     ``flap_guard`` adds the planner's one rule beyond HPA's (a scale-down that reverses a recent reversal must
-    be a real change); the reactive baseline, which is HPA, runs without it.
+    be a real change); the reactive baseline, which is HPA, runs without it. Recommendations are remembered
+    for the longer of ``rules``' windows and ``keep_s``.
     """
     reasons: list[Reason] = []
     rec = desired
@@ -104,7 +111,7 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
         rec = current
         reasons.append(Reason.WITHIN_TOLERANCE)
 
-    keep_after = now_s - _window(rules)
+    keep_after = now_s - max(_window(rules), keep_s)
     history = tuple((t, r) for t, r in memory.recommendations if t > keep_after)
     up_cut = now_s - rules.scale_up.stabilization_window_s
     down_cut = now_s - rules.scale_down.stabilization_window_s
@@ -186,17 +193,21 @@ def current_replicas(spec: PoolSpec, memory: PoolMemory, ready: int | None) -> i
 
 def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tuple[Reason, ...]],
               allow_down: Mapping[Pool, bool], state: PlannerState, obs: Observation, now_s: float,
-              ) -> dict[Pool, Recommended]:
+              rate_cv: float | None = None) -> dict[Pool, Recommended]:
     """HPA's rules per pool: tolerance, stabilisation windows, rate limits, floors and ceilings.
 
     ``why`` carries the reasons of the stages before (demand, calibration, sizing); a pool that may not
     scale down (missing from the observation, or sized from a fallback forecast) keeps at least its size.
+    The scale-down rules are ``behavior.steady``'s while ``rate_cv`` says the arrival rate is steady, the
+    hedge (``behavior.scale_down``) otherwise.
     """
+    rules, _ = policy.behavior.for_rate_cv(rate_cv)
+    keep_s = _window(policy.behavior)
     out = {}
     for pool in policy.pool_names():
         memory = state.pool(pool)
         ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
         current = current_replicas(policy.pool(pool), memory, ready)
-        b = behave(desired[pool], current, memory, now_s, policy.behavior, policy.pool(pool), allow_down[pool])
+        b = behave(desired[pool], current, memory, now_s, rules, policy.pool(pool), allow_down[pool], keep_s=keep_s)
         out[pool] = Recommended(current, b.replicas, b.memory, (*why[pool], *b.reasons))
     return out

@@ -18,7 +18,8 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
      Little's concurrency plus its Poisson spread at the percentile; aggregated, one pool against both.
   4. Behaviour (decide/behavior.py): HPA's rules per pool (tolerance, stabilisation windows, rate policies,
      floors, ceilings); a pool missing from the observation or sized from a fallback forecast may scale up
-     but not down.
+     but not down. The scale-down rules are ``behavior.steady``'s while the forecast's ``rate_cv`` says the
+     arrival rate is steady, the hedge (``behavior.scale_down``) while it is bursty or unknown.
   5. Budget (decide/budget.py): when the pools together ask for more than ``budget.max_gpus``, the GPUs go
      to the pool under the most SLA pressure, floors first.
   6. Floors: whatever the stages above did, no pool leaves [min_replicas, max_replicas].
@@ -56,10 +57,12 @@ def decide(spec: DeciderSpec, observation: Observation | NoData, forecast: LoadF
     fallback = Reason.FORECAST_FALLBACK in dem.reasons
     recommended = recommend(spec.policy, {p: 0 if dem.zero else s.replicas for p, s in sized.items()},  # 4
                             _reasons_so_far(dem, factors, sized),
-                            {p: p in obs.pools and not fallback for p in spec.pools}, state, obs, now_s)
+                            {p: p in obs.pools and not fallback for p in spec.pools}, state, obs, now_s,
+                            forecast.rate_cv if forecast is not None else None)
     budgeted, cut = apply_budget(spec, {p: r.replicas for p, r in recommended.items()}, dem, factors)  # 5
     final = hold_floors(spec, budgeted)  # 6
-    return _record(spec, dem, factors, sized, recommended, final, cut, state, now_s)
+    return _record(spec, dem, factors, sized, recommended, final, cut, state, now_s,
+                   forecast.rate_cv if forecast is not None else None)
 
 
 def _reasons_so_far(dem: Demand, factors: Factors, sized: Mapping[Pool, Sizing]) -> dict[Pool, tuple[Reason, ...]]:
@@ -112,7 +115,7 @@ def _predicted(spec: DeciderSpec, dem: Demand, factors: Factors, pool: Pool,
 
 def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Pool, Sizing],
             recommended: Mapping[Pool, Recommended], final: Mapping[Pool, tuple[int, tuple[Reason, ...]]],
-            cut: set[Pool], state: PlannerState, now_s: float) -> tuple[Decision, PlannerState]:
+            cut: set[Pool], state: PlannerState, now_s: float, rate_cv: float | None) -> tuple[Decision, PlannerState]:
     """The Decision (replicas, reasons, predictions) and the state that remembers it."""
     pools: dict[str, PoolDecision] = {}
     for pool in spec.pools:
@@ -128,7 +131,10 @@ def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Poo
         "prefill_rate_rps": dem.prefill.rate_rps, "decode_rate_rps": dem.decode.rate_rps,
         "ttft_factor": factors.ttft, "itl_factor": factors.itl,
         "ttft_unservable_share": sized[spec.mode.ttft_pool].unservable_share,
+        "scale_down_rules": "steady" if spec.policy.behavior.for_rate_cv(rate_cv)[1] else "hedge",
     }
+    if rate_cv is not None:
+        detail = {**detail, "rate_cv": rate_cv}
     decision = Decision(now_s, pools, _dedupe(r for p in spec.pools for r in pools[p].reasons),
                         pools[spec.mode.ttft_pool].predicted_ttft_ms, pools[spec.mode.itl_pool].predicted_itl_ms,
                         detail)

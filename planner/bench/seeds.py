@@ -1,0 +1,121 @@
+"""`planner bench seeds`: is a policy change a gain, or the luck of one seed?
+
+The suite's scenarios draw their arrival times (and, for the synthetic mixes, their lengths) from a seed;
+the headline runs seed 0. One replica more or less at the moment a rate step arrives moves a scenario's
+attainment by several points (README, "What the scale-down hedge costs"), so a comparison of two policies
+on one seed can say more about that moment than about the policies. This replays the planner alone under
+each policy, on every scenario, for several seeds, and compares the policies pairwise on the same traces:
+attainment (mean, worst, runs below the SLA percentile) and GPU-hours (mean, and the per-seed ratio to the
+first policy). No baselines, no offline search: a run is seconds, the whole study a minute or two.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from planner.sim import suite
+from planner.sim.backtest import planner_run, score_run, sim_setup
+from planner.sim.workers import process_context
+
+
+@dataclass(frozen=True)
+class Run:
+    policy: str  # the label the table shows (the file's path as given)
+    scenario: str
+    seed: int
+    attainment_joint: float
+    gpu_hours: float
+
+
+_POLICIES: dict[str, Path | None] = {}  # label -> path, set in the parent and inherited or sent to the workers
+_TRACES: Path | None = None
+
+
+def _init(policies: dict[str, Path | None], traces: Path | None) -> None:
+    global _TRACES
+    _POLICIES.update(policies)
+    _TRACES = traces
+
+
+def _one(task: tuple[str, str, int]) -> Run:
+    label, name, seed = task
+    scenario = suite.pick([name])[0]
+    policy = suite.scenario_policy(_POLICIES[label])
+    trace = suite.scenario_trace(scenario, _TRACES, seed=seed)
+    ctx, config = sim_setup(trace, suite.scenario_profile(scenario, policy), policy,
+                            warmup_s=suite.warmup_s(scenario, False))
+    summary, _ = score_run(planner_run(ctx, None, policy), ctx, config)
+    return Run(label, name, seed, float(summary["attainment_joint"]), float(summary["gpu_hours"]))
+
+
+def run(console: Console, policies: dict[str, Path | None], scenario_names: list[str] | None, seeds: list[int],
+        traces: Path | None, workers: int) -> list[Run]:
+    """Every (policy, scenario, seed) replayed, over ``workers`` processes, with a progress bar."""
+    chosen = suite.pick(scenario_names)
+    suite.check_traces(chosen, traces)
+    for path in policies.values():
+        suite.scenario_policy(path)  # a bad file is one line and exit 2 before anything runs
+    tasks = [(label, s.name, seed) for s in chosen for seed in seeds for label in policies]
+    _init(policies, traces)
+    out: list[Run] = []
+    ctx = process_context()
+    with ctx.Pool(max(1, min(workers, len(tasks))), initializer=_init, initargs=(dict(policies), traces)) as pool, \
+            Progress(console=console, transient=True) as bar:
+        job = bar.add_task(f"{len(tasks)} planner replays", total=len(tasks))
+        for r in pool.imap_unordered(_one, tasks):
+            out.append(r)
+            bar.advance(job)
+    order = {task: i for i, task in enumerate(tasks)}
+    return sorted(out, key=lambda r: order[(r.policy, r.scenario, r.seed)])
+
+
+def summary(runs: list[Run], sla_share: float) -> list[dict]:
+    """Per (scenario, policy): attainment mean and worst, runs below ``sla_share``, GPU-hours mean, and the
+    per-seed GPU-hours ratio to the first policy on the same trace (min, median, max)."""
+    first = runs[0].policy if runs else ""
+    base = {(r.scenario, r.seed): r.gpu_hours for r in runs if r.policy == first}
+    rows = []
+    for scenario in dict.fromkeys(r.scenario for r in runs):
+        for policy in dict.fromkeys(r.policy for r in runs):
+            mine = [r for r in runs if r.scenario == scenario and r.policy == policy]
+            ratios = [r.gpu_hours / base[(scenario, r.seed)] for r in mine if base.get((scenario, r.seed), 0) > 0]
+            att = [r.attainment_joint for r in mine]
+            rows.append({
+                "scenario": scenario, "policy": policy, "seeds": [r.seed for r in mine],
+                "attainment_joint": att, "gpu_hours": [r.gpu_hours for r in mine],
+                "attainment_mean": statistics.fmean(att), "attainment_min": min(att),
+                "below_sla": sum(a < sla_share for a in att),
+                "gpu_hours_mean": statistics.fmean(r.gpu_hours for r in mine),
+                "gpu_hours_ratio": {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)}
+                if ratios else None,
+            })
+    return rows
+
+
+def table(rows: list[dict], sla_share: float) -> Table:
+    first = rows[0]["policy"] if rows else ""
+    t = Table(title=f"Planner alone over {len(rows[0]['seeds']) if rows else 0} seeds: joint attainment and GPU-hours "
+                    f"(GPU-h ratio per seed to {first})")
+    for col in ("scenario", "policy", "attainment mean", "worst", f"runs < {sla_share:.0%}", "GPU-h mean",
+                "GPU-h ratio min / median / max", "per seed (attainment, GPU-h)"):
+        t.add_column(col, justify="left" if col in ("scenario", "policy", "per seed (attainment, GPU-h)") else "right")
+    for row in rows:
+        ratio = row["gpu_hours_ratio"]
+        t.add_row(row["scenario"], row["policy"], f"{row['attainment_mean']:.2%}", f"{row['attainment_min']:.2%}",
+                  str(row["below_sla"]), f"{row['gpu_hours_mean']:.2f}",
+                  "-" if ratio is None else f"{ratio['min']:.3f} / {ratio['median']:.3f} / {ratio['max']:.3f}",
+                  ", ".join(f"{a:.1%} {g:.1f}" for a, g in zip(row["attainment_joint"], row["gpu_hours"], strict=True)))
+    return t
+
+
+def write(path: Path, runs: list[Run], rows: list[dict], command: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"command": command, "runs": [r.__dict__ for r in runs], "summary": rows}
+    path.write_text(json.dumps(doc, indent=2) + "\n")

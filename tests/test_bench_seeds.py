@@ -1,0 +1,60 @@
+"""`planner bench seeds`: the planner alone over several seeds per policy, compared on the same traces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_decide_support import REPO
+
+from planner.bench.seeds import Run, summary
+from planner.cli import run
+
+STEADY = REPO / "policies" / "steady-scale-down.yaml"
+EXAMPLE = REPO / "policies" / "example.yaml"
+
+
+def test_summary_pairs_each_seed_with_the_first_policys_run() -> None:
+    runs = [Run("a", "s", 0, 0.99, 10.0), Run("b", "s", 0, 0.94, 9.0),
+            Run("a", "s", 1, 0.97, 8.0), Run("b", "s", 1, 0.96, 8.8),
+            Run("a", "s", 2, 0.96, 12.0), Run("b", "s", 2, 0.98, 9.6)]
+    a, b = summary(runs, 0.95)
+    assert (a["policy"], b["policy"]) == ("a", "b")
+    assert a["gpu_hours_ratio"] == {"min": 1.0, "median": 1.0, "max": 1.0}
+    assert b["gpu_hours_ratio"] == pytest.approx({"min": 0.8, "median": 0.9, "max": 1.1})
+    assert b["below_sla"] == 1 and a["below_sla"] == 0
+    assert b["attainment_min"] == 0.94 and b["attainment_mean"] == pytest.approx(0.96)
+    assert a["gpu_hours_mean"] == pytest.approx(10.0) and b["seeds"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("args, needle", [
+    pytest.param(["--seeds", "0"], "--seeds: 0 must be in 1..100", id="no-seeds"),
+    pytest.param(["--policy", str(EXAMPLE), "--policy", str(EXAMPLE)], "each policy once", id="same-policy-twice"),
+    pytest.param(["--scenarios", "azure-chat"], "unknown azure-chat", id="unknown-scenario"),
+    pytest.param(["--policy", "nope.yaml"], "nope.yaml", id="missing-policy"),
+    pytest.param(["--workers", "0"], "--workers: 0 must be >= 1", id="no-workers"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle, capsys, tmp_path) -> None:
+    rc = run(["bench", "seeds", *args, "--out", str(tmp_path / "s.json")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys) -> None:
+    out = tmp_path / "seeds.json"
+    rc = run(["bench", "seeds", "--policy", str(EXAMPLE), "--policy", str(STEADY), "--scenarios", "chat-docs",
+              "--seeds", "1", "--workers", "2", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    doc = json.loads(out.read_text())
+    example, steady = doc["runs"]
+    assert (example["policy"], steady["policy"]) == (str(EXAMPLE), str(STEADY))
+    assert example["scenario"] == steady["scenario"] == "chat-docs" and example["seed"] == steady["seed"] == 0
+    # The chat-docs rate is steady (its 10-minute burstiness is about 0.19 against the 0.3 threshold), so the
+    # steady rules give capacity back sooner and spend fewer GPU-hours on the same trace.
+    assert steady["gpu_hours"] < example["gpu_hours"]
+    ratio = doc["summary"][1]["gpu_hours_ratio"]["median"]
+    assert ratio == pytest.approx(steady["gpu_hours"] / example["gpu_hours"])
+    assert "chat-docs" in printed and "planner bench seeds" in doc["command"]

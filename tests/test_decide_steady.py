@@ -1,0 +1,170 @@
+"""Scale-down rules for steady traffic (behavior.steady): the burstiness measure, the switch, the memory."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+import yaml
+from test_decide_support import EXAMPLE, REPO, drive, free_policy, load_forecast, observation, policy, spec
+
+from planner.config import Steady, load_policy
+from planner.decide import decide
+from planner.forecast.burst import rate_cv
+from planner.types import Reason
+
+STEADY = {"behavior": {"steady": {"max_rate_cv": 0.3, "over_s": 600}}}
+BIG = {"pools": {"prefill": {"max_replicas": 200}, "decode": {"max_replicas": 60}}}
+
+
+def _series(rates: list[float], step_s: float = 30.0) -> tuple[list[float], list[float]]:
+    return [step_s * (i + 1) for i in range(len(rates))], rates
+
+
+def _poisson(rate: float, n: int, window_s: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        count, t = 0, rng.expovariate(rate)
+        while t < window_s:
+            count, t = count + 1, t + rng.expovariate(rate)
+        out.append(count / window_s)
+    return out
+
+
+@pytest.mark.parametrize("rates, window_s, expected", [
+    pytest.param([10.0] * 20, 60.0, 0.0, id="flat"),
+    pytest.param([0.0] * 20, 60.0, 0.0, id="all-zero"),
+    # mean 15, variance 25, Poisson's share 15/60 = 0.25: sqrt(24.75) / 15
+    pytest.param([10.0, 20.0] * 10, 60.0, math.sqrt(24.75) / 15.0, id="two-level"),
+    # Poisson alone explains all of a small spread: nothing is left
+    pytest.param([0.9, 1.1] * 10, 1.0, 0.0, id="within-poisson-noise"),
+])
+def test_rate_cv_takes_poissons_share_out(rates, window_s, expected) -> None:
+    t, r = _series(rates)
+    assert rate_cv(t, r, t[-1], 600.0, window_s) == pytest.approx(expected, abs=1e-12)
+
+
+def test_rate_cv_of_poisson_counts_is_small_and_of_on_off_load_large() -> None:
+    t, r = _series(_poisson(2.0, 20, 60.0, seed=1))
+    raw = (sum((x - 2.0) ** 2 for x in r) / len(r)) ** 0.5 / 2.0
+    assert raw > 0.05  # counting noise alone is visible in the raw figure ...
+    assert rate_cv(t, r, t[-1], 600.0, 60.0) < 0.1  # ... and gone once Poisson's share is taken out
+    t, r = _series([0.0, 0.0, 28.0, 28.0] * 5)  # Azure code's on/off minutes
+    assert rate_cv(t, r, t[-1], 600.0, 60.0) > 0.9
+
+
+@pytest.mark.parametrize("n, now_s, why", [
+    pytest.param(3, 90.0, "fewer than 4 readings", id="three-readings"),
+    pytest.param(9, 270.0, "under half of over_s (600 s)", id="short-history"),
+])
+def test_rate_cv_is_unknown_without_enough_history(n, now_s, why) -> None:
+    t, r = _series([10.0] * n)
+    assert rate_cv(t, r, now_s, 600.0, 60.0) is None, why
+
+
+def test_rate_cv_reads_only_the_last_over_s_and_rejects_bad_windows() -> None:
+    t, r = _series([100.0] * 40 + [10.0] * 20)  # the burst ended 600 s ago
+    assert rate_cv(t, r, t[-1], 600.0, 60.0) == 0.0
+    # 1,200 s back: 20 readings of 100 and 20 of 10, mean 55, standard deviation 45
+    assert rate_cv(t, r, t[-1], 1200.0, 60.0) == pytest.approx(math.sqrt(45.0**2 - 55.0 / 60.0) / 55.0)
+    with pytest.raises(ValueError, match="window_s"):
+        rate_cv(t, r, t[-1], 600.0, 0.0)
+
+
+@pytest.mark.parametrize("steady, cv, window_s", [
+    pytest.param(None, 0.0, 240, id="not-configured"),
+    pytest.param(Steady(), None, 240, id="unknown"),
+    pytest.param(Steady(), 0.31, 240, id="bursty"),
+    pytest.param(Steady(), 0.3, 0, id="at-the-threshold"),
+    pytest.param(Steady(), 0.05, 0, id="steady"),
+])
+def test_the_rules_in_force_follow_the_burstiness(steady, cv, window_s) -> None:
+    pol = policy()
+    behavior = pol.behavior.model_copy(update={"steady": steady})
+    rules, is_steady = behavior.for_rate_cv(cv)
+    assert rules.scale_down.stabilization_window_s == window_s
+    assert is_steady == (window_s == 0)
+    assert rules.scale_up == behavior.scale_up
+
+
+def _decide_at(pol, rates: list[float], cvs: list[float | None]):
+    """decide() tick by tick, the pools ready at whatever was last decided (they start at the size the first
+    rate needs)."""
+    s, state, out = spec(pol), None, []
+    first, _ = decide(spec(free_policy()), observation(0.0, rates[0]), load_forecast(rates[0]), None, 0.0)
+    ready = first.targets()
+    for i, (rate, cv) in enumerate(zip(rates, cvs, strict=True)):
+        now = 30.0 * (i + 1)
+        forecast = replace(load_forecast(rate), rate_cv=cv)
+        d, state = decide(s, observation(now, rate, ready=ready), forecast, state, now)
+        ready = d.targets()
+        out.append(d)
+    return out
+
+
+def test_steady_load_gives_capacity_back_at_once_and_bursty_load_waits() -> None:
+    pol = policy(**BIG, **STEADY)
+    rates = [200.0] * 4 + [50.0] * 4
+    steady = _decide_at(pol, rates, [0.1] * 8)
+    bursty = _decide_at(pol, rates, [0.9] * 8)
+    high, low = steady[3].pools["prefill"].replicas, steady[-1].pools["prefill"].desired_unclamped
+    assert high > low + 2
+    assert steady[4].pools["prefill"].replicas == low  # the first tick after the drop
+    assert steady[4].detail["scale_down_rules"] == "steady" and steady[4].detail["rate_cv"] == 0.1
+    assert [d.pools["prefill"].replicas for d in bursty[4:]] == [high] * 4  # held by the 240 s window
+    assert all(Reason.SCALE_DOWN_STABILIZED in d.pools["prefill"].reasons for d in bursty[4:])
+    assert bursty[4].detail["scale_down_rules"] == "hedge"
+
+
+@pytest.mark.parametrize("keep_s, kept", [pytest.param(0.0, [150.0], id="steady-window-only"),
+                                           pytest.param(240.0, [0.0, 60.0, 150.0], id="the-hedges-window")])
+def test_recommendations_are_remembered_for_the_hedges_window_under_the_steady_rules(keep_s, kept) -> None:
+    """Under the steady rules (no window) the recommendations are still kept for the hedge's 240 s, so traffic
+    that turns bursty finds the hedge's window filled, as if it had been in force all along."""
+    from planner.decide.behavior import behave
+    from planner.decide.state import PoolMemory
+
+    pol = policy(**STEADY)
+    rules, is_steady = pol.behavior.for_rate_cv(0.1)
+    assert is_steady
+    memory = PoolMemory(target=10, recommendations=((-300.0, 12), (0.0, 10), (60.0, 9)))
+    b = behave(8, 10, memory, 150.0, rules, pol.pool("prefill"), keep_s=keep_s)
+    assert [t for t, _ in b.memory.recommendations] == kept
+    assert b.replicas == 8  # the steady rules give back at once either way
+
+
+def test_the_controller_measures_burstiness_only_when_steady_rules_are_configured() -> None:
+    ramp = lambda t: 100.0 - t / 60.0  # noqa: E731 - a slow, steady decline
+    with_steady = drive(policy(**BIG, **STEADY), ramp, hours=0.5, initial={"prefill": 40, "decode": 20})
+    hedged = drive(policy(**BIG), ramp, hours=0.5, initial={"prefill": 40, "decode": 20})
+    assert "rate_cv" not in hedged[-1].detail and hedged[-1].detail["scale_down_rules"] == "hedge"
+    assert with_steady[5].detail["scale_down_rules"] == "hedge"  # 3 min of history: unknown, so the hedge
+    assert with_steady[-1].detail["rate_cv"] < 0.05  # exact rates: the ramp's own spread (10 of ~73 req/s)
+    assert with_steady[-1].detail["scale_down_rules"] == "steady"
+    prefill = lambda ds: sum(d.pools["prefill"].replicas for d in ds)  # noqa: E731
+    assert prefill(with_steady) < prefill(hedged)  # replica-intervals: capacity given back sooner
+
+
+def test_steady_scale_down_yaml_is_the_example_with_steady_rules() -> None:
+    example = yaml.safe_load(EXAMPLE.read_text())
+    steady = yaml.safe_load((REPO / "policies" / "steady-scale-down.yaml").read_text())
+    assert example["behavior"]["steady"] is None and steady["behavior"]["steady"]["max_rate_cv"] == 0.3
+    for data in (example, steady):
+        data.pop("name")
+        data["behavior"].pop("steady")
+    assert steady == example
+    pol = load_policy(REPO / "policies" / "steady-scale-down.yaml")
+    assert pol.behavior.steady == Steady()
+
+
+def test_a_bad_steady_block_names_the_key() -> None:
+    from test_decide_support import example_data, merge
+
+    from planner.config import parse_policy
+    from planner.errors import UserError
+
+    with pytest.raises(UserError, match=r"behavior\.steady\.max_rate_cv"):
+        parse_policy(merge(example_data(), {"behavior": {"steady": {"max_rate_cv": 0}}}), "p.yaml")
