@@ -130,7 +130,7 @@ class Behavior(_Strict):
     scale_up: ScalingRules = Field(default_factory=_default_up)
     scale_down: ScalingRules = Field(default_factory=_default_down)
     # null (the default): always ``scale_down``. Otherwise ``steady.scale_down`` replaces it while the arrival
-    # rate is steady. Off by default: over five seeds of the suite it saved 8-13 % of GPU-hours on the steady
+    # rate is steady. Off by default: over five seeds of the suite it saved 4-14 % of GPU-hours on the steady
     # scenarios but fell below a 95 % SLA in 4 of 20 runs where the hedge never did (README, 2026-12-02).
     steady: Steady | None = None
 

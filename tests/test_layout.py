@@ -140,5 +140,5 @@ def test_bench_harnesses_live_in_planner_bench() -> None:
     from planner.cli import bench_app
 
     names = {c.name for c in bench_app.registered_commands}
-    assert names == {"profile", "sim", "decide", "forecast", "observe", "suite", "endpoint", "fidelity"}
+    assert names == {"profile", "sim", "decide", "forecast", "observe", "suite", "seeds", "endpoint", "fidelity"}
     assert {f"planner.bench.{n}" for n in names} <= set(MODULES)
