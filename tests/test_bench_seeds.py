@@ -58,3 +58,5 @@ def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys) -> None:
     ratio = doc["summary"][1]["gpu_hours_ratio"]["median"]
     assert ratio == pytest.approx(steady["gpu_hours"] / example["gpu_hours"])
     assert "chat-docs" in printed and "planner bench seeds" in doc["command"]
+    png = out.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in printed.replace("\n", "")

@@ -119,3 +119,40 @@ def write(path: Path, runs: list[Run], rows: list[dict], command: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"command": command, "runs": [r.__dict__ for r in runs], "summary": rows}
     path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def plot(path: Path, runs: list[Run], sla_share: float) -> Path:
+    """One panel per scenario: every seed's (GPU-hours, attainment) per policy, seeds labelled, the SLA as a
+    line. Where a policy's points lie against another's says more than either mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = list(dict.fromkeys(r.scenario for r in runs))
+    policies = list(dict.fromkeys(r.policy for r in runs))
+    cols = min(3, len(scenarios))
+    rows = -(-len(scenarios) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):
+        for i, policy in enumerate(policies):
+            mine = [r for r in runs if r.scenario == scenario and r.policy == policy]
+            ax.scatter([r.gpu_hours for r in mine], [100 * r.attainment_joint for r in mine], color=f"C{i}",
+                       label=policy, zorder=3)
+            for r in mine:
+                ax.annotate(str(r.seed), (r.gpu_hours, 100 * r.attainment_joint), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+        ax.axhline(100 * sla_share, color="k", ls=":", lw=1)
+        ax.set_title(scenario, fontsize=10)
+        ax.set_xlabel("GPU-hours (scored window)")
+        ax.set_ylabel("joint SLA attainment %")
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(scenarios):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(policies)), fontsize=8)
+    fig.suptitle(f"The planner alone, per seed (numbers): dotted line the SLA's {sla_share:.0%}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

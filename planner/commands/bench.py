@@ -182,7 +182,7 @@ def bench_seeds(
     rows = study.summary(runs, sla_share)
     console.print(study.table(rows, sla_share))
     study.write(out, runs, rows, command)
-    console.print(f"wrote {out}")
+    console.print(f"wrote {out} and {study.plot(out.with_suffix('.png'), runs, sla_share)}")
 
 
 def bench_endpoint(
