@@ -112,12 +112,12 @@ class Steady(_Strict):
 
     The hedge holds capacity after load falls because a causal forecast cannot see the next burst; it is
     needed where the load swings at the scale of a replica's start-up (Azure code: on/off from one minute to
-    the next) and costs 10-20 % more GPU-hours where it does not (issue 13, README "What the scale-down hedge
-    costs"). Steady: over the last ``over_s`` of history, the coefficient of variation of the arrival rate,
-    with the share that Poisson counting noise explains taken out, is at most ``max_rate_cv``. On the suite
-    (README, 2026-12-02) four scenarios' 10-minute figures sit at 0.10-0.19 at the median and Azure code at
-    0.94: any threshold from 0.25 to 0.45 told them apart. Unknown (under half of ``over_s`` of history)
-    counts as bursty.
+    the next) and costs about 10 % more GPU-hours where it does not (README, "Scale-down rules for steady
+    traffic"). Steady: over the last ``over_s`` of history, the coefficient of variation of the arrival rate,
+    with the share that Poisson counting noise explains taken out (planner/forecast/burst.py), is at most
+    ``max_rate_cv``. On the suite the median of that figure over the scored hour is far below 0.3 on the four
+    steady scenarios and far above it on Azure code (``planner bench seeds`` prints it); thresholds from 0.25 to
+    0.45 gave the same split. Unknown (under half of ``over_s`` of history) counts as bursty.
     """
 
     max_rate_cv: float = Field(0.3, gt=0.0, le=10.0)

@@ -177,7 +177,6 @@ class PlannerController:
             decision = _with_reason(decision, Reason.FORECAST_FALLBACK)
         return decision
 
-
     def _rate_cv(self, now_s: float) -> float | None:
         """The arrival rate's burstiness over ``behavior.steady.over_s`` of history (it picks the scale-down
         rules); the rates were read over ``metrics.window_s`` windows."""

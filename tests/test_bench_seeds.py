@@ -15,9 +15,9 @@ EXAMPLE = REPO / "policies" / "example.yaml"
 
 
 def test_summary_pairs_each_seed_with_the_first_policys_run() -> None:
-    runs = [Run("a", "s", 0, 0.99, 10.0), Run("b", "s", 0, 0.94, 9.0),
-            Run("a", "s", 1, 0.97, 8.0), Run("b", "s", 1, 0.96, 8.8),
-            Run("a", "s", 2, 0.96, 12.0), Run("b", "s", 2, 0.98, 9.6)]
+    runs = [Run("a", "s", 0, 0.99, 10.0), Run("b", "s", 0, 0.94, 9.0, 0.5, 0.1),
+            Run("a", "s", 1, 0.97, 8.0), Run("b", "s", 1, 0.96, 8.8, 0.7, 0.2),
+            Run("a", "s", 2, 0.96, 12.0), Run("b", "s", 2, 0.98, 9.6, 0.9, 0.3)]
     a, b = summary(runs, 0.95)
     assert (a["policy"], b["policy"]) == ("a", "b")
     assert a["gpu_hours_ratio"] == {"min": 1.0, "median": 1.0, "max": 1.0}
@@ -25,6 +25,8 @@ def test_summary_pairs_each_seed_with_the_first_policys_run() -> None:
     assert b["below_sla"] == 1 and a["below_sla"] == 0
     assert b["attainment_min"] == 0.94 and b["attainment_mean"] == pytest.approx(0.96)
     assert a["gpu_hours_mean"] == pytest.approx(10.0) and b["seeds"] == [0, 1, 2]
+    assert a["steady_share_mean"] is None and b["steady_share_mean"] == pytest.approx(0.7)
+    assert b["rate_cv_median"] == pytest.approx(0.2)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -55,6 +57,8 @@ def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys) -> None:
     # The chat-docs rate is steady (its 10-minute burstiness is about 0.19 against the 0.3 threshold), so the
     # steady rules give capacity back sooner and spend fewer GPU-hours on the same trace.
     assert steady["gpu_hours"] < example["gpu_hours"]
+    assert example["steady_share"] is None and example["rate_cv_median"] is None  # no steady rules to choose
+    assert steady["steady_share"] > 0.5 and steady["rate_cv_median"] < 0.3
     ratio = doc["summary"][1]["gpu_hours_ratio"]["median"]
     assert ratio == pytest.approx(steady["gpu_hours"] / example["gpu_hours"])
     assert "chat-docs" in printed and "planner bench seeds" in doc["command"]

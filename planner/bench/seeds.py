@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,10 @@ class Run:
     seed: int
     attainment_joint: float
     gpu_hours: float
+    # Over the scored window's decisions, when the policy has steady scale-down rules (None otherwise): the
+    # share of ticks they were in force, and the median burstiness (forecast rate_cv) they were chosen by.
+    steady_share: float | None = None
+    rate_cv_median: float | None = None
 
 
 _POLICIES: dict[str, Path | None] = {}  # label -> path, set in the parent and inherited or sent to the workers
@@ -51,8 +56,13 @@ def _one(task: tuple[str, str, int]) -> Run:
     trace = suite.scenario_trace(scenario, _TRACES, seed=seed)
     ctx, config = sim_setup(trace, suite.scenario_profile(scenario, policy), policy,
                             warmup_s=suite.warmup_s(scenario, False))
-    summary, _ = score_run(planner_run(ctx, None, policy), ctx, config)
-    return Run(label, name, seed, float(summary["attainment_joint"]), float(summary["gpu_hours"]))
+    summary, rep = score_run(planner_run(ctx, None, policy), ctx, config)
+    scored = [d for d in rep.decisions if d.at_s >= rep.score_from_s]
+    cvs = [float(d.detail["rate_cv"]) for d in scored if isinstance(d.detail.get("rate_cv"), float)]
+    share = (sum(d.detail.get("scale_down_rules") == "steady" for d in scored) / len(scored)
+             if policy.behavior.steady is not None and scored else None)
+    return Run(label, name, seed, float(summary["attainment_joint"]), float(summary["gpu_hours"]), share,
+               statistics.median(cvs) if cvs else None)
 
 
 def run(console: Console, policies: dict[str, Path | None], scenario_names: list[str] | None, seeds: list[int],
@@ -95,8 +105,15 @@ def summary(runs: list[Run], sla_share: float) -> list[dict]:
                 "gpu_hours_mean": statistics.fmean(r.gpu_hours for r in mine),
                 "gpu_hours_ratio": {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)}
                 if ratios else None,
+                "steady_share_mean": _mean_of(r.steady_share for r in mine),
+                "rate_cv_median": _mean_of(r.rate_cv_median for r in mine),
             })
     return rows
+
+
+def _mean_of(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
 
 
 def table(rows: list[dict], sla_share: float) -> Table:
@@ -104,13 +121,16 @@ def table(rows: list[dict], sla_share: float) -> Table:
     t = Table(title=f"Planner alone over {len(rows[0]['seeds']) if rows else 0} seeds: joint attainment and GPU-hours "
                     f"(GPU-h ratio per seed to {first})")
     for col in ("scenario", "policy", "attainment mean", "worst", f"runs < {sla_share:.0%}", "GPU-h mean",
-                "GPU-h ratio min / median / max", "per seed (attainment, GPU-h)"):
+                "GPU-h ratio min / median / max", "steady rules (rate cv)", "per seed (attainment, GPU-h)"):
         t.add_column(col, justify="left" if col in ("scenario", "policy", "per seed (attainment, GPU-h)") else "right")
     for row in rows:
         ratio = row["gpu_hours_ratio"]
         t.add_row(row["scenario"], row["policy"], f"{row['attainment_mean']:.2%}", f"{row['attainment_min']:.2%}",
                   str(row["below_sla"]), f"{row['gpu_hours_mean']:.2f}",
                   "-" if ratio is None else f"{ratio['min']:.3f} / {ratio['median']:.3f} / {ratio['max']:.3f}",
+                  "-" if row["steady_share_mean"] is None else
+                  f"{row['steady_share_mean']:.0%} ({row['rate_cv_median']:.2f})" if row["rate_cv_median"] is not None
+                  else f"{row['steady_share_mean']:.0%}",
                   ", ".join(f"{a:.1%} {g:.1f}" for a, g in zip(row["attainment_joint"], row["gpu_hours"], strict=True)))
     return t
 
