@@ -106,12 +106,15 @@ def bench_observe(
     observe.run(Console(), prometheus, policy, reads, window_s)
 
 
+# The suite's scenario and trace flags, shared by `bench suite` and `bench seeds`.
+SCENARIOS_HELP = "comma-separated subset (default: all): azure-conv, azure-code, servegen, long-lognormal, chat-docs"
+TRACES_HELP = "folder holding azure2023/ and servegen/ (default: ../shared/traces beside the repository)"
+
+
 def bench_suite(
     quick: Annotated[bool, typer.Option("--quick", help="short windows and fewer frontier points (CI, minutes)")] = False,
-    scenarios: Annotated[str | None, typer.Option(help="comma-separated subset (default: all): azure-conv, "
-                                                  "azure-code, servegen, long-lognormal, chat-docs")] = None,
-    traces: Annotated[Path | None, typer.Option(help="folder holding azure2023/ and servegen/ (default: "
-                                                "../shared/traces beside the repository)")] = None,
+    scenarios: Annotated[str | None, typer.Option(help=SCENARIOS_HELP)] = None,
+    traces: Annotated[Path | None, typer.Option(help=TRACES_HELP)] = None,
     out: Annotated[Path, typer.Option(help="output folder: suite.json and a report per scenario")] = Path("out/suite"),
     workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
     policy: Annotated[Path | None, typer.Option(help="a policy to compare instead of policies/example.yaml (its "
@@ -145,14 +148,13 @@ def bench_suite(
 
 
 def bench_seeds(
-    policy: Annotated[list[Path] | None, typer.Option(help="a policy to replay (repeat the flag to compare; the "
-                                                      "first is the reference; default: policies/example.yaml)")] = None,
+    policy: Annotated[list[Path] | None, typer.Option(metavar="FILE", help="a policy to replay (repeat the flag to "
+                                                      "compare; the first is the reference; default: "
+                                                      "policies/example.yaml)")] = None,
     seeds: Annotated[int, typer.Option(help="seeds 0 .. N-1 of each scenario's arrivals")] = 5,
-    scenarios: Annotated[str | None, typer.Option(help="comma-separated subset (default: all): azure-conv, "
-                                                  "azure-code, servegen, long-lognormal, chat-docs")] = None,
-    traces: Annotated[Path | None, typer.Option(help="folder holding azure2023/ and servegen/ (default: "
-                                                "../shared/traces beside the repository)")] = None,
-    out: Annotated[Path, typer.Option(help="JSON results")] = Path("out/seeds.json"),
+    scenarios: Annotated[str | None, typer.Option(help=SCENARIOS_HELP)] = None,
+    traces: Annotated[Path | None, typer.Option(help=TRACES_HELP)] = None,
+    out: Annotated[Path, typer.Option(help="JSON results; the plot is written beside it (.png)")] = Path("out/seeds.json"),
     workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
 ) -> None:
     """The planner alone on every suite scenario under several arrival seeds, per policy: whether a policy
