@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("planner.testing.vllm_cpu", reason="the vLLM CPU harness (planner/testing/vllm_cpu.py) "
                     "is not in this tree")
 
+from planner.bench.machine_share import OthersCpu  # noqa: E402
 from planner.catalog import load_hardware, load_model  # noqa: E402
 from planner.profile import Profile  # noqa: E402
 from planner.profiler.backends import get_backend  # noqa: E402
@@ -22,6 +23,9 @@ from planner.testing.vllm_cpu import VLLM_CPU_VERSION, VllmServer  # noqa: E402
 
 pytestmark = pytest.mark.engine
 MAX_MODEL_LEN = 4096  # VllmServer's DEFAULT_ARGS
+# Other jobs' (or the hypervisor's) share of the CPU over the profile above which its timings measure them,
+# as in tests/test_engine_fidelity.py.
+QUIET_SHARE = 0.15
 ISL_GRID = (64, 512, 2048)
 BATCH_GRID = (1, 4, 16)
 CONTEXT_GRID = (256, 1024, MAX_MODEL_LEN)  # the last cannot fit a decode run: skipped, not invented
@@ -37,12 +41,27 @@ def server(shared_vllm) -> VllmServer:
 
 
 @pytest.fixture(scope="module")
-def profile(server: VllmServer, vllm_engine) -> Profile:
+def measured(server: VllmServer, vllm_engine) -> tuple[Profile, OthersCpu]:
+    """The profile, and how much of the machine other jobs and the hypervisor took while it was measured."""
     model = str(vllm_engine.model_dir / "config.json")
     req = SweepRequest(model=model, gpu="h200", tp=(1,), isl=512, osl=64, ttft_ms=5000, itl_ms=500,
                        isl_grid=ISL_GRID, batch_grid=BATCH_GRID, context_grid=CONTEXT_GRID, url=server.url,
                        served_model="tiny", warmup=1, iters=5, decode_tokens=16)
-    return get_backend("endpoint")(load_model(model), load_hardware("h200"), req)
+    with OthersCpu() as cpu:
+        profile = get_backend("endpoint")(load_model(model), load_hardware("h200"), req)
+    return profile, cpu
+
+
+@pytest.fixture(scope="module")
+def profile(measured: tuple[Profile, OthersCpu]) -> Profile:
+    return measured[0]
+
+
+def _shared(cpu: OthersCpu) -> str | None:
+    """Why the machine did not belong to the profile while it was measured (None: it did, or /proc is unread)."""
+    taken = {"other jobs": cpu.share, "hypervisor steal": cpu.steal}
+    over = {k: v for k, v in taken.items() if v is not None and v > QUIET_SHARE}
+    return f"machine shared during the profile: {over} of the CPU (above {QUIET_SHARE:g})" if over else None
 
 
 def test_provenance_is_what_the_server_exposes(profile: Profile, server: VllmServer) -> None:
@@ -73,9 +92,23 @@ def test_every_point_that_fits_is_measured_and_the_rest_noted(profile: Profile) 
                 f"max_model_len {MAX_MODEL_LEN}") in profile.provenance.notes
 
 
-def test_curves_are_monotone_and_plausible(profile: Profile) -> None:
+def test_curves_are_monotone_and_plausible(measured: tuple[Profile, OthersCpu]) -> None:
     # Tolerances are for a 2-core machine shared with other work: each point is the median of 5 passes,
-    # but a busy spell can still cost one point a fifth of its speed.
+    # but a busy spell can still cost one point a fifth of its speed. A spell that cost more (a fresh-clone CI
+    # run of 2026-12-02: at context 1024 a larger batch measured over 20 % faster per step than a smaller one,
+    # and the module passed on a re-run) is judged by what the machine gave the profile: the checks below
+    # fail on a quiet machine and are skipped, with the figures, on a shared one.
+    profile, cpu = measured
+    try:
+        _check_curves(profile)
+    except AssertionError as exc:
+        why = _shared(cpu)
+        if why is None:
+            raise
+        pytest.skip(f"{why}; the curve check it would have failed: {exc}")
+
+
+def _check_curves(profile: Profile) -> None:
     ttft = [p.ttft_ms for p in profile.prefill[0].points]
     assert all(0 < t < 60_000 for t in ttft)
     # A longer prompt does not prefill faster (at 64 and 512 tokens the tiny model's TTFT is mostly fixed
@@ -95,3 +128,24 @@ def test_curves_are_monotone_and_plausible(profile: Profile) -> None:
         if (1, ctx) in rate and len(batches) > 1:
             assert max(rate[(b, ctx)] for b in batches) > 1.5 * rate[(1, ctx)], (ctx, rate)
     assert profile.selection is not None
+
+
+@pytest.mark.parametrize("share, steal, outcome", [
+    pytest.param(0.05, 0.02, "fails", id="quiet"),
+    pytest.param(0.30, 0.02, "skips", id="other-jobs"),
+    pytest.param(0.05, 0.20, "skips", id="hypervisor-steal"),
+    pytest.param(None, None, "fails", id="proc-unread"),
+])
+def test_a_failed_curve_check_is_skipped_only_on_a_shared_machine(share, steal, outcome, monkeypatch) -> None:
+    def broken(profile: Profile) -> None:
+        raise AssertionError("(1024, {(1, 1024): 4.4, (4, 1024): 3.2})")
+
+    monkeypatch.setitem(globals(), "_check_curves", broken)
+    cpu = OthersCpu()
+    cpu.share, cpu.steal = share, steal
+    if outcome == "fails":
+        with pytest.raises(AssertionError, match="1024"):
+            test_curves_are_monotone_and_plausible((None, cpu))  # type: ignore[arg-type]
+    else:
+        with pytest.raises(pytest.skip.Exception, match=r"machine shared during the profile.*\(1024"):
+            test_curves_are_monotone_and_plausible((None, cpu))  # type: ignore[arg-type]
