@@ -134,12 +134,15 @@ class Behavior(_Strict):
     # scenarios but fell below a 95 % SLA in 4 of 20 runs where the hedge never did (README, 2026-12-02).
     steady: Steady | None = None
 
-    def for_rate_cv(self, rate_cv: float | None) -> tuple[Behavior, bool]:
-        """The rules in force at this burstiness (``rate_cv`` None: unknown, so the hedge), and whether they are
-        the steady ones."""
-        if self.steady is None or rate_cv is None or rate_cv > self.steady.max_rate_cv:
-            return self, False
-        return self.model_copy(update={"scale_down": self.steady.scale_down}), True
+    def is_steady(self, rate_cv: float | None) -> bool:
+        """Whether the steady rules apply at this burstiness (``rate_cv`` None: unknown, so the hedge)."""
+        return self.steady is not None and rate_cv is not None and rate_cv <= self.steady.max_rate_cv
+
+    def for_rate_cv(self, rate_cv: float | None) -> Behavior:
+        """The rules in force at this burstiness: the steady scale-down or the hedge."""
+        if self.steady is None or not self.is_steady(rate_cv):
+            return self
+        return self.model_copy(update={"scale_down": self.steady.scale_down})
 
 
 class Calibration(_Strict):

@@ -84,7 +84,7 @@ def test_rate_cv_reads_only_the_last_over_s_and_rejects_bad_windows() -> None:
 def test_the_rules_in_force_follow_the_burstiness(steady, cv, window_s) -> None:
     pol = policy()
     behavior = pol.behavior.model_copy(update={"steady": steady})
-    rules, is_steady = behavior.for_rate_cv(cv)
+    rules, is_steady = behavior.for_rate_cv(cv), behavior.is_steady(cv)
     assert rules.scale_down.stabilization_window_s == window_s
     assert is_steady == (window_s == 0)
     assert rules.scale_up == behavior.scale_up
@@ -128,7 +128,7 @@ def test_recommendations_are_remembered_for_the_hedges_window_under_the_steady_r
     from planner.decide.state import PoolMemory
 
     pol = policy(**STEADY)
-    rules, is_steady = pol.behavior.for_rate_cv(0.1)
+    rules, is_steady = pol.behavior.for_rate_cv(0.1), pol.behavior.is_steady(0.1)
     assert is_steady
     memory = PoolMemory(target=10, recommendations=((-300.0, 12), (0.0, 10), (60.0, 9)))
     b = behave(8, 10, memory, 150.0, rules, pol.pool("prefill"), keep_s=keep_s)

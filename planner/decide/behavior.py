@@ -201,7 +201,7 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
     The scale-down rules are ``behavior.steady``'s while ``rate_cv`` says the arrival rate is steady, the
     hedge (``behavior.scale_down``) otherwise.
     """
-    rules, _ = policy.behavior.for_rate_cv(rate_cv)
+    rules = policy.behavior.for_rate_cv(rate_cv)
     keep_s = _window(policy.behavior)
     out = {}
     for pool in policy.pool_names():

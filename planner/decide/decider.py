@@ -131,7 +131,7 @@ def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Poo
         "prefill_rate_rps": dem.prefill.rate_rps, "decode_rate_rps": dem.decode.rate_rps,
         "ttft_factor": factors.ttft, "itl_factor": factors.itl,
         "ttft_unservable_share": sized[spec.mode.ttft_pool].unservable_share,
-        "scale_down_rules": "steady" if spec.policy.behavior.for_rate_cv(rate_cv)[1] else "hedge",
+        "scale_down_rules": "steady" if spec.policy.behavior.is_steady(rate_cv) else "hedge",
     }
     if rate_cv is not None:
         detail = {**detail, "rate_cv": rate_cv}
