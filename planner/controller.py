@@ -20,6 +20,7 @@ from planner.decide.demand import ISL_SOURCES, OSL_SOURCES
 from planner.errors import UserError
 from planner.forecast import Forecaster, LastValue, make_forecaster
 from planner.forecast.burst import rate_cv
+from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.types import Decision, Forecast, LengthMix, LoadForecast, Mode, NoData, Observation, Pool, Reason
 
@@ -148,11 +149,11 @@ class PlannerController:
 
     name = "planner"
 
-    def __init__(self, policy: Policy, profile: Profile, forecaster: LoadForecaster,
+    def __init__(self, policy: PolicyFile, profile: Profile, forecaster: LoadForecaster,
                  initial_state: PlannerState | None = None, name: str = "planner") -> None:
         self.name = name
         self.policy = policy
-        self.spec = DeciderSpec.build(policy, profile)
+        self.spec = DeciderSpec.build(policy, profile, policy.stale_after_s)
         self.interval_s = float(policy.interval_s)
         self.forecaster = forecaster
         self.state = initial_state or PlannerState()
@@ -204,7 +205,7 @@ def initial_state(targets: dict[str, int] | None) -> PlannerState | None:
     return PlannerState(pools={Pool(p): PoolMemory(target=n) for p, n in targets.items()})
 
 
-def make_planner_controller(policy: Policy, profile: Profile, forecaster: str | None = None,
+def make_planner_controller(policy: PolicyFile, profile: Profile, forecaster: str | None = None,
                             initial: dict[str, int] | None = None) -> PlannerController:
     """The planner for ``policy``; ``forecaster`` overrides ``policy.forecast.model`` (e.g. "last-value")."""
     name = forecaster or policy.forecast.model

@@ -20,7 +20,7 @@ import yaml
 
 from planner.actuators.file_sd import write_targets
 from planner.actuators.process import ProcessActuator
-from planner.config import load_policy
+from planner.policy_file import load_policy
 from planner.router.app import create_router_app
 from planner.service.background import BackgroundServer
 from planner.service.runner import RunOptions, Service

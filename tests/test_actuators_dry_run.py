@@ -10,7 +10,7 @@ from planner.actuators.desired import DesiredStore
 from planner.actuators.dry_run import DryRunActuator
 from planner.actuators.factory import make_actuator
 from planner.actuators.kubernetes import KubernetesScaleActuator
-from planner.config import parse_policy
+from planner.policy_file import parse_policy
 from planner.testing.actuator import RecordingActuator
 from planner.types import Applied
 
@@ -49,7 +49,7 @@ def test_factory(kind: str, dry: bool, expected: str) -> None:
     from kubernetes import client
 
     policy = parse_policy({**POLICY, "actuator": {"kind": kind}})
-    act = make_actuator(policy, DesiredStore("p", policy.pool_names()), dry_run=dry,
+    act = make_actuator(policy, policy.actuator, DesiredStore("p", policy.pool_names()), dry_run=dry,
                         api_client=client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
     assert type(act).__name__ == expected
     if isinstance(act, KubernetesScaleActuator):

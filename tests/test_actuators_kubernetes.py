@@ -10,8 +10,8 @@ from fake_kube import FakeKube
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.actuators.targets import resolve_target, targets_from_policy
-from planner.config import parse_policy
 from planner.errors import UserError
+from planner.policy_file import parse_policy
 from planner.types import Applied
 
 NS = "llm"
@@ -137,13 +137,13 @@ def test_bad_targets_are_user_errors(target: dict, match: str) -> None:
     policy = parse_policy({"name": "p", "profile": "x.json", "pools": {"prefill": {"target": target},
                                                                       "decode": {"target": target}}})
     with pytest.raises(UserError, match=match):
-        targets_from_policy(policy)
+        targets_from_policy(policy, policy.actuator.kind)
 
 
 def test_missing_target_is_user_error() -> None:
     policy = parse_policy({"name": "p", "profile": "x.json", "pools": {"prefill": {}, "decode": {}}})
     with pytest.raises(UserError, match="pools.prefill.target' is required"):
-        targets_from_policy(policy)
+        targets_from_policy(policy, policy.actuator.kind)
 
 
 def test_fake_server_speaks_the_api(kube: FakeKube) -> None:

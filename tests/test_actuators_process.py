@@ -27,7 +27,7 @@ from process_fixtures import (
 
 from planner.actuators.process import ProcessActuator
 from planner.actuators.replica import group_alive, substitute
-from planner.config import parse_policy
+from planner.policy_file import parse_policy
 from planner.router.app import create_router_app
 from planner.service.background import BackgroundServer
 from planner.types import Mode
@@ -54,7 +54,8 @@ def actuators() -> Iterator[list[ProcessActuator]]:
 
 
 def make(made: list[ProcessActuator], tmp_path: Path, **actuator: object) -> ProcessActuator:
-    a = ProcessActuator.from_policy(policy(tmp_path, **actuator))
+    pol = policy(tmp_path, **actuator)
+    a = ProcessActuator.from_policy(pol, pol.actuator, ("vllm:num_requests_running", "vllm:num_requests_waiting"))
     made.append(a)
     return a
 

@@ -8,8 +8,8 @@ import pytest
 
 from planner.actuators.file_sd import state_dir_of
 from planner.actuators.process import ProcessSettings
-from planner.config import load_policy, parse_policy
 from planner.errors import UserError
+from planner.policy_file import load_policy, parse_policy
 
 REPO = Path(__file__).resolve().parent.parent
 CMD = ["engine", "--port", "{port}"]
@@ -63,7 +63,7 @@ def test_per_pool_commands_and_env_layer_over_the_shared_ones() -> None:
     policy = parse_policy(data("disaggregated", kind="process", port_range=[9000, 9009], command=CMD,
                                env={"A": "1", "B": "1"},
                                pools={"decode": {"command": [*CMD, "--kv", kv], "env": {"B": "2"}}}), "p.yaml")
-    settings = ProcessSettings.from_policy(policy)
+    settings = ProcessSettings.from_policy(policy, policy.actuator, ("vllm:num_requests_running", "vllm:num_requests_waiting"))
     assert settings.pools["prefill"].command == tuple(CMD) and dict(settings.pools["prefill"].env) == {"A": "1", "B": "1"}
     assert settings.pools["decode"].command == (*CMD, "--kv", kv) and dict(settings.pools["decode"].env) == {
         "A": "1", "B": "2"}
@@ -77,9 +77,10 @@ def test_state_dir_is_relative_to_the_policy_file_and_defaults_to_a_temp_dir(tmp
     text = (REPO / "policies" / "workstation.yaml").read_text().replace("profiles/h200/qwen3-0.6b.json",
                                                                          str(REPO / "profiles/h200/qwen3-0.6b.json"))
     (folder / "w.yaml").write_text(text)
-    assert state_dir_of(load_policy(folder / "w.yaml")) == tmp_path / "run"  # "../run" from conf/
+    loaded = load_policy(folder / "w.yaml")
+    assert state_dir_of(loaded.name, loaded.actuator) == tmp_path / "run"  # "../run" from conf/
     default = parse_policy(data(kind="process", port_range=[9000, 9001], command=CMD), "p.yaml")
-    assert state_dir_of(default).name == "planner-p"
+    assert state_dir_of(default.name, default.actuator).name == "planner-p"
 
 
 def test_the_shipped_workstation_policy_loads() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli import run
-from planner.config import load_policy
 from planner.decide.whatif import plan, sla_misses
+from planner.policy_file import load_policy
 from planner.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent

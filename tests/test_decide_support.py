@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from planner.config import Policy, parse_policy
 from planner.decide import DeciderSpec
+from planner.policy_file import PolicyFile, parse_policy
 from planner.profile import load_profile
 from planner.types import QUANTILES, Decision, Forecast, LoadForecast, Observation, PoolObservation, Reason
 
@@ -34,7 +34,7 @@ def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def policy(**over: Any) -> Policy:
+def policy(**over: Any) -> PolicyFile:
     """The example policy with overrides (nested dicts merge); the profile is the shipped Qwen3-32B one."""
     data = merge(example_data(), over)
     data["profile"] = str(REPO / "profiles" / "h200" / "qwen3-32b.json")
@@ -45,12 +45,12 @@ FREE = {"tolerance": 0.0, "scale_up": {"stabilization_window_s": 0, "policies": 
         "scale_down": {"stabilization_window_s": 0, "policies": []}}
 
 
-def spec(pol: Policy) -> DeciderSpec:
+def spec(pol: PolicyFile) -> DeciderSpec:
     """What decide() takes: the policy with its sizing model, built once per policy (as the controller does)."""
-    return DeciderSpec.build(pol, PROFILE)
+    return DeciderSpec.build(pol, PROFILE, pol.stale_after_s)
 
 
-def free_policy(**over: Any) -> Policy:
+def free_policy(**over: Any) -> PolicyFile:
     """No stabilisation or rate limits: the decision is the SLA sizing within floors, ceilings and budget."""
     big = {"pools": {"prefill": {"max_replicas": 1000}, "decode": {"max_replicas": 1000}}, "behavior": FREE}
     return policy(**merge(big, over))
@@ -93,7 +93,7 @@ class Plant:
     leave at once when removed; observations report the offered load and the ready replicas (no latency
     fields, so calibration stays neutral). Time comes from a FakeClock."""
 
-    def __init__(self, pol: Policy, clock: Any, initial: Mapping[str, int]) -> None:
+    def __init__(self, pol: PolicyFile, clock: Any, initial: Mapping[str, int]) -> None:
         self.policy = pol
         self.clock = clock
         self.pools = pol.pool_names()
@@ -125,7 +125,7 @@ class Plant:
         return Observation(now, 30.0, {p: pool_obs(rate, self.ready[p]) for p in names})
 
 
-def drive(pol: Policy, rates: Any, hours: float, forecaster: str = "last-value",
+def drive(pol: PolicyFile, rates: Any, hours: float, forecaster: str = "last-value",
           observe: Any = None, initial: Mapping[str, int] | None = None, on_tick: Any = None) -> list[Decision]:
     """Run the planner controller against the Plant for ``hours``; ``rates(t_s)`` gives the load."""
     from planner.controller import make_planner_controller

@@ -33,7 +33,7 @@ import jsonschema
 import pytest
 import yaml
 
-from planner.config import parse_policy
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.telemetry import exported_series_names
 

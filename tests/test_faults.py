@@ -17,8 +17,8 @@ from fake_kube import FakeKube
 from prom_fixtures import FakeHTTP, PromEnv, fake_http, prom_env, vllm_exposition  # noqa: F401
 
 from planner.actuators.kubernetes import KubernetesScaleActuator
-from planner.config import parse_policy
 from planner.controller import make_planner_controller
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.leader import LeaseElector
 from planner.service.loop import ControlLoop, TickResult
@@ -110,7 +110,7 @@ def assert_held(loop: ControlLoop, kube: FakeKube, results: list[TickResult], re
 
 def test_prometheus_down(kube: FakeKube, caplog: pytest.LogCaptureFixture) -> None:
     pol = policy(f"http://127.0.0.1:{free_port()}")
-    loop = make_loop(kube, PrometheusSource.from_policy(pol), FakeClock(T0), pol)
+    loop = make_loop(kube, PrometheusSource.from_policy(pol, pol.metrics), FakeClock(T0), pol)
     assert_held(loop, kube, run(loop, kube, 5), "unreachable", caplog)
     assert not loop.monitor.ready
 
@@ -120,7 +120,7 @@ def test_prometheus_slower_than_the_timeout(kube: FakeKube, fake_http: Callable[
     server = fake_http()
     server.delay_s = 1.5
     pol = policy(server.url, timeout_s=0.3)
-    loop = make_loop(kube, PrometheusSource.from_policy(pol), FakeClock(T0), pol)
+    loop = make_loop(kube, PrometheusSource.from_policy(pol, pol.metrics), FakeClock(T0), pol)
     assert_held(loop, kube, run(loop, kube, 3), "timeout", caplog)
 
 
@@ -134,7 +134,7 @@ def test_prometheus_garbage(kube: FakeKube, fake_http: Callable[..., FakeHTTP], 
     server = fake_http()
     server.status, server.body = status, body  # type: ignore[assignment]
     pol = policy(server.url)
-    loop = make_loop(kube, PrometheusSource.from_policy(pol), FakeClock(T0), pol)
+    loop = make_loop(kube, PrometheusSource.from_policy(pol, pol.metrics), FakeClock(T0), pol)
     assert_held(loop, kube, run(loop, kube, 3), "bad_response", caplog)
 
 

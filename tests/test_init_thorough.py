@@ -16,7 +16,7 @@ from endpoint_fixtures import EmulatorProcess, analytical_profile, relative_erro
 from test_deploy import by_kind, render
 
 from planner.cli import run
-from planner.config import load_policy
+from planner.policy_file import load_policy
 from planner.profile import Profile, load_profile
 from planner.profiler import backends
 from planner.profiler.grids import SweepRequest

@@ -88,8 +88,18 @@ def test_pending_flag_messages_are_still_there() -> None:
     ("planner.telemetry", ("planner.service", "planner.commands", "planner.cli")),
     ("planner.signals", ("planner.service", "planner.commands", "planner.cli")),
     ("planner.forecast", ("planner.sim", "planner.service", "planner.commands", "planner.cli", "planner.bench")),
-    ("planner.decide", ("planner.sim", "planner.service", "planner.commands", "planner.cli", "planner.bench")),
-], ids=["sources", "telemetry", "signals", "forecast", "decide"])
+    ("planner.decide", ("planner.sim", "planner.service", "planner.commands", "planner.cli", "planner.bench",
+                        "planner.policy_file", "planner.sources", "planner.actuators")),
+    # The decision policy is the ground floor: it names no adapter and no registry (planner/policy_file.py,
+    # above all of them, composes the file and checks names).
+    ("planner.config", ("planner.sources", "planner.actuators", "planner.forecast", "planner.policy_file",
+                        "planner.decide", "planner.sim", "planner.service", "planner.commands")),
+    ("planner.schema", ("planner.",)),
+    # Each adapter owns its settings and reads no policy file: the file is composed above them.
+    ("planner.sources", ("planner.policy_file", "planner.actuators")),
+    ("planner.actuators", ("planner.policy_file", "planner.sources.prometheus")),
+], ids=["sources", "telemetry", "signals", "forecast", "decide", "config", "schema", "sources-settings",
+        "actuators-settings"])
 def test_layers_import_downwards_only(package: str, forbidden: tuple[str, ...]) -> None:
     problems = [f"{name} imports {dep}" for name in MODULES if name == package or name.startswith(package + ".")
                 for dep in sorted(_imports(name)) if dep.startswith(forbidden)]

@@ -6,15 +6,16 @@ import pytest
 from test_decide_support import EXAMPLE, REPO, example_data
 
 from planner.cli import run
-from planner.config import Policy, load_policy, parse_policy
+from planner.config import Policy
 from planner.errors import UserError
+from planner.policy_file import PolicyFile, load_policy, parse_policy
 
 
 def test_example_yaml_parses_to_the_defaults() -> None:
     data = example_data()
     parsed = parse_policy(data, str(EXAMPLE))
     # Only the required fields: everything else must come out equal to the schema defaults.
-    minimal = Policy.model_validate({k: data[k] for k in ("name", "profile", "pools")})
+    minimal = PolicyFile.model_validate({k: data[k] for k in ("name", "profile", "pools")})
     assert parsed == minimal
     assert parsed.model_dump() == minimal.model_dump()
 
@@ -73,3 +74,31 @@ def test_cli_reports_invalid_yaml_with_its_line(tmp_path, capsys) -> None:
     rc = run(["plan", "--policy", str(bad), "--rate-rps", "10", "--isl", "1000", "--osl", "200"])
     assert rc == 2
     assert "not valid YAML (line" in capsys.readouterr().err
+
+
+def test_the_file_composes_the_decision_policy_and_each_adapters_settings() -> None:
+    from planner.actuators.settings import ActuatorSettings
+    from planner.sources.settings import MetricsSettings
+
+    pf = load_policy(EXAMPLE)
+    assert isinstance(pf.metrics, MetricsSettings) and isinstance(pf.actuator, ActuatorSettings)
+    decision = pf.decision()
+    assert type(decision) is Policy and not hasattr(decision, "metrics") and not hasattr(decision, "actuator")
+    assert decision.model_dump() == {k: v for k, v in pf.model_dump().items() if k not in ("metrics", "actuator")}
+    assert decision.decision() is decision
+
+
+def test_the_decider_spec_carries_the_decision_and_the_staleness_it_is_given() -> None:
+    from planner.decide.demand import Hold, check_data
+    from planner.decide.spec import DeciderSpec
+    from planner.profile import load_profile
+    from planner.types import Observation
+
+    pf = load_policy(EXAMPLE)
+    assert pf.stale_after_s == pf.metrics.stale_after_intervals * pf.interval_s == 90.0
+    spec = DeciderSpec.build(pf, load_profile(pf.profile), stale_after_s=45.0)
+    assert type(spec.policy) is Policy and spec.stale_after_s == 45.0
+    obs = Observation(at_s=1000.0, window_s=60.0, pools={})
+    # 50 s old: stale under the 45 s the spec was given, though the policy file's own window is 90 s.
+    assert isinstance(check_data(spec, obs, 1050.0), Hold)
+    assert check_data(spec, obs, 1040.0) is obs

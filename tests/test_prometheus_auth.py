@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from prom_fixtures import require_prometheus
 
-from planner.config import parse_policy
 from planner.controller import make_planner_controller
 from planner.emulator.app import create_app, engine_model_for
 from planner.errors import UserError
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.background import BackgroundServer
 from planner.service.loop import ControlLoop
@@ -106,7 +106,7 @@ def _source(url: str, **metrics: Any) -> PrometheusSource:
                            "pools": {"aggregated": {}}, "actuator": {"kind": "dry-run"},
                            "metrics": {"url": url, "selectors": {"aggregated": SELECTOR}, "timeout_s": 5,
                                        **metrics}})
-    return PrometheusSource.from_policy(policy)
+    return PrometheusSource.from_policy(policy, policy.metrics)
 
 
 def _read(source: PrometheusSource) -> Observation | NoData:

@@ -140,7 +140,7 @@ def required_permissions(objs: list[dict], tmp_path: Path) -> set[Permission]:
     assert not unknown, f"planner/ calls {sorted(unknown)}: teach tests/test_rbac.py how to scope them"
     required: set[Permission] = set()
     if policy.actuator.kind == "kubernetes" and "--dry-run" not in args:
-        for t in targets_from_policy(policy).values():
+        for t in targets_from_policy(policy, policy.actuator.kind).values():
             verbs = {v for g, r, v in code if (g, r) == (t.group, f"{t.plural}/scale")}
             assert verbs, f"no call in planner/ scales {t.describe()}"
             required |= {(t.group, f"{t.plural}/scale", v, t.name) for v in verbs}
@@ -247,7 +247,7 @@ class RbacKube(FakeKube):
 def test_direct_overlay_roles_let_the_real_actuator_and_elector_work(tmp_path: Path) -> None:
     objs = render(DEPLOY / "overlays" / "direct")
     policy = policy_of(objs, tmp_path)
-    targets = targets_from_policy(policy)
+    targets = targets_from_policy(policy, policy.actuator.kind)
     kube = RbacKube(granted=granted_permissions(objs)).start()
     try:
         for t in targets.values():

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from requests_support import blocking_backend, spec_data
 
-from planner.config import parse_policy
+from planner.policy_file import parse_policy
 from planner.requests.server import ProfileServer, ServeOptions
 from planner.service.background import BackgroundServer
 from planner.testing.clock import FakeClock

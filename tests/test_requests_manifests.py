@@ -18,7 +18,7 @@ import yaml
 from requests_support import spec_data
 from test_deploy import K8S_VERSION, by_kind, render, validate
 
-from planner.config import load_policy
+from planner.policy_file import load_policy
 from planner.requests import artifacts, pipeline
 from planner.requests.checks import check
 from planner.requests.spec import parse_spec

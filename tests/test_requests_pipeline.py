@@ -9,8 +9,8 @@ import pytest
 from requests_support import spec_data
 
 from planner.catalog import load_hardware, load_model
-from planner.config import parse_policy
 from planner.decide.whatif import plan
+from planner.policy_file import parse_policy
 from planner.profiler import backends
 from planner.profiler.analytical import profile_analytical
 from planner.profiler.grids import SweepRequest

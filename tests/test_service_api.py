@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 
 from planner.actuators.desired import DesiredStore, PublishActuator
 from planner.actuators.dry_run import DryRunActuator
-from planner.config import parse_policy
 from planner.controller import make_planner_controller
 from planner.decide.whatif import plan
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.api import create_service_app
 from planner.service.background import BackgroundServer

@@ -44,7 +44,7 @@ def loop_for(kube: FakeKube, rate_rps: float, metrics: PlannerMetrics) -> Contro
     act = KubernetesScaleActuator.from_policy(pol, api, on_conflict=lambda pool: metrics.actuation_conflicts.labels(
         policy=pol.name, pool=pool).inc())
     return ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), Load(rate_rps), act, metrics,
-                       FakeClock(T0), events=ScaleEvents(api, targets_from_policy(pol), pol.name, instance="pod-a"))
+                       FakeClock(T0), events=ScaleEvents(api, targets_from_policy(pol, pol.actuator.kind), pol.name, instance="pod-a"))
 
 
 def sample(metrics: PlannerMetrics, name: str, **labels: str) -> float:

@@ -8,8 +8,8 @@ import pytest
 from fake_kube import FakeKube
 
 from planner.actuators.desired import DesiredStore, PublishActuator
-from planner.config import parse_policy
 from planner.controller import make_planner_controller
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.leader import LeaseElector
 from planner.service.loop import ControlLoop

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.config import parse_policy
 from planner.controller import make_planner_controller
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.logs import setup_logging
 from planner.service.loop import ControlLoop, source_name
@@ -59,7 +59,7 @@ def test_one_line_per_outage_not_per_signal_or_retry() -> None:
                         "metrics": {"url": f"http://127.0.0.1:{free_port()}", "timeout_s": 1,
                                     "stale_after_intervals": 2,
                                     "selectors": {"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}}})
-    source = PrometheusSource.from_policy(pol)
+    source = PrometheusSource.from_policy(pol, pol.metrics)
     loop = ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), source,
                        RecordingActuator({"prefill": 2, "decode": 2}), PlannerMetrics(), FakeClock())
     assert source_name(source) == "Prometheus"

@@ -14,8 +14,8 @@ from fake_kube import FakeKube
 
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
-from planner.config import parse_policy
 from planner.controller import make_planner_controller
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.loop import ControlLoop, TickResult
 from planner.sim import traces

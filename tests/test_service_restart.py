@@ -19,8 +19,8 @@ from fake_kube import FakeKube
 
 from planner.actuators.desired import DesiredStore, PublishActuator
 from planner.actuators.kubernetes import KubernetesScaleActuator
-from planner.config import parse_policy
 from planner.controller import make_planner_controller
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.leader import LeaseElector
 from planner.service.loop import ControlLoop
@@ -187,7 +187,7 @@ def test_keda_with_credentials_seeds_from_what_keda_set(kube: FakeKube) -> None:
     kube.add_deployment(NS, "dec", 6)
     pol = policy("keda")
     store = DesiredStore(pol.name, pol.pool_names())
-    act = make_actuator(pol, store, api_client=kube.api_client())
+    act = make_actuator(pol, pol.actuator, store, api_client=kube.api_client())
     loop = ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), Quiet(ready=2), act,
                        PlannerMetrics(), FakeClock(T0), store=store)
     loop.tick()

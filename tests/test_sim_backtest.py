@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from planner.cli import run
-from planner.config import load_policy
+from planner.policy_file import load_policy
 from planner.profile import load_profile
 from planner.sim.backtest import direction_changes, run_backtest
 from planner.sim.baselines import ReactiveController, StaticController

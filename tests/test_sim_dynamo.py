@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.config import load_policy, parse_policy
 from planner.errors import UserError
+from planner.policy_file import load_policy, parse_policy
 from planner.profile import DecodePoint, DecodeSweep, PrefillPoint, PrefillSweep, Profile, load_profile
 from planner.sim.baselines import DynamoLoadController, DynamoThroughputController
 from planner.sim.baselines.dynamo_load import LoadRegression, step_decision

@@ -11,7 +11,7 @@ import test_sim_backtest
 import yaml
 
 from planner.cli import run
-from planner.config import load_policy
+from planner.policy_file import load_policy
 from planner.profile import load_profile
 from planner.sim.backtest import BacktestResult, run_backtest
 from planner.sim.envelope import compare, cost_at, describe, logit, pareto

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_decide_support import example_data, merge
 
-from planner.config import Policy, parse_policy
+from planner.config import Policy
 from planner.perf.kv import gbps_to_bytes_per_s
+from planner.policy_file import parse_policy
 from planner.profile import DecodePoint, DecodeSweep, PrefillPoint, PrefillSweep, Profile, load_profile
 from planner.sim.backtest import run_backtest
 from planner.sim.cluster import Cluster, SimConfig

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.config import load_policy
 from planner.controller import make_planner_controller
 from planner.perf.kv import gbps_to_bytes_per_s
+from planner.policy_file import load_policy
 from planner.profile import load_profile
 from planner.sim.cluster import SimConfig
 from planner.sim.offline import (

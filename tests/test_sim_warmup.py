@@ -10,9 +10,9 @@ import yaml
 from test_decide_support import example_data, flat, merge, observation
 
 from planner.cli import run
-from planner.config import parse_policy
 from planner.decide import DeciderSpec, decide
 from planner.decide.demand import Demand, demand
+from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.sim.backtest import run_backtest
 from planner.sim.clairvoyant import PerfectForecast
@@ -121,7 +121,7 @@ def _forecast(rate: float, isl: float, osl: float, work_q: float | None) -> Load
     (20.0 * 1000 * 9.0, 40.0),  # capped at 2x the work's mean
 ], ids=["none", "work-above", "work-below", "capped"])
 def test_prefill_demand_follows_the_work_quantile(pol, prof, work_q: float | None, expected_rate: float) -> None:  # noqa: ANN001
-    spec = DeciderSpec.build(pol, prof)
+    spec = DeciderSpec.build(pol, prof, pol.stale_after_s)
     dem = demand(spec, observation(100.0, 20.0, isl=1000, osl=200), _forecast(20.0, 1000, 200, work_q))
     assert isinstance(dem, Demand)
     assert dem.for_pool(Pool.PREFILL).rate_rps == pytest.approx(expected_rate)

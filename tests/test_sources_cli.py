@@ -95,7 +95,7 @@ def test_selectors_assume_no_pool_label(mode: str, selectors: dict | None, missi
                                         tmp_path: Path, capsys) -> None:
     """Real engines have no pool label: no default may assume one. A disaggregated policy names its pools'
     series; an aggregated one reads every engine of its dialect when it names none."""
-    from planner.config import load_policy
+    from planner.policy_file import load_policy
     from planner.sources.prometheus import PrometheusSource
 
     pools = {"aggregated": {}} if mode == "aggregated" else {"prefill": {}, "decode": {}}
@@ -106,13 +106,13 @@ def test_selectors_assume_no_pool_label(mode: str, selectors: dict | None, missi
         path.write_text(yaml.safe_dump(data))
     policy = load_policy(path)  # a policy for `plan` or a backtest needs no selectors: loading never fails
     if missing is None:
-        with PrometheusSource.from_policy(policy) as src:
+        with PrometheusSource.from_policy(policy, policy.metrics) as src:
             assert src.selectors == read
         assert resolve(None, None, None, path, 60, 5, None).selectors == read
         return
     needle = f"metrics.selectors.{missing}' is required"
     with pytest.raises(UserError, match=needle):
-        PrometheusSource.from_policy(policy)
+        PrometheusSource.from_policy(policy, policy.metrics)
     with pytest.raises(UserError, match=needle):
         resolve(None, None, None, path, 60, 5, None)
     assert run(["observe", "--policy", str(path)]) == 2
@@ -122,20 +122,20 @@ def test_selectors_assume_no_pool_label(mode: str, selectors: dict | None, missi
 
 
 def test_source_from_policy_takes_pools_selectors_and_budgets(POLICY: Path) -> None:  # noqa: N803
-    from planner.config import load_policy
+    from planner.policy_file import load_policy
     from planner.sources.prometheus import PrometheusSource
 
     policy = load_policy(POLICY)
-    with PrometheusSource.from_policy(policy, url="http://127.0.0.1:1") as src:
+    with PrometheusSource.from_policy(policy, policy.metrics, url="http://127.0.0.1:1") as src:
         assert src.selectors == SELECTORS
         assert (src.url, src.dialect.name, src.timeout_s, src.stale_after_s) == ("http://127.0.0.1:1", "vllm", 5, 90)
         assert src.targets_ms == {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms}
-    with PrometheusSource.from_policy(policy) as src:
+    with PrometheusSource.from_policy(policy, policy.metrics) as src:
         assert src.url == "http://prometheus:9090"
 
 
 def test_targets_come_from_the_policy_sla_and_flags_override_them(POLICY: Path) -> None:  # noqa: N803
-    from planner.config import load_policy
+    from planner.policy_file import load_policy
 
     sla = load_policy(POLICY).sla
     assert resolve(None, None, None, POLICY, 60, 5, None).targets_ms == {"ttft": sla.ttft_ms, "itl": sla.itl_ms}

@@ -263,7 +263,7 @@ def _check_app(client: httpx.Client, t: SignalTracker, state: dict[str, object])
 
 
 def test_monitor_for_policy_exports_logs_once_and_feeds_readiness(caplog) -> None:
-    from planner.config import load_policy
+    from planner.policy_file import load_policy
     from planner.service.monitor import MissingSignalMonitor
 
     policy = load_policy(Path(__file__).resolve().parent.parent / "policies" / "example.yaml")

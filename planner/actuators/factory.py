@@ -7,22 +7,24 @@ from typing import Any
 
 from planner.actuators.desired import DesiredStore
 from planner.actuators.registry import REGISTRY, ActuatorContext
+from planner.actuators.settings import ActuatorSettings
+from planner.config import Policy
 from planner.types import Actuator
 
 
-def make_actuator(policy, store: DesiredStore, *, dry_run: bool = False,  # noqa: ANN001 - Policy
+def make_actuator(policy: Policy, settings: ActuatorSettings, store: DesiredStore, *, dry_run: bool = False,
                   api_client: Any = None, **context: Any) -> Actuator:
     """``context``: the optional fields of ``ActuatorContext`` (metrics, may_write, on_conflict,
-    request_timeout_s)."""
-    kind = REGISTRY["dry-run" if dry_run else policy.actuator.kind]
+    request_timeout_s, in_flight_gauges)."""
+    kind = REGISTRY["dry-run" if dry_run else settings.kind]
     if kind.needs_api and api_client is None:
         api_client = load_api_client()
-    return kind.build(ActuatorContext(policy, store, api_client, **context))
+    return kind.build(ActuatorContext(policy, settings, store, api_client, **context))
 
 
-def needs_api(policy, dry_run: bool) -> bool:  # noqa: ANN001 - Policy
-    """Whether running ``policy`` writes the Kubernetes API (so credentials must be found first)."""
-    return not dry_run and REGISTRY[policy.actuator.kind].needs_api
+def needs_api(settings: ActuatorSettings, dry_run: bool) -> bool:
+    """Whether running these settings writes the Kubernetes API (so credentials must be found first)."""
+    return not dry_run and REGISTRY[settings.kind].needs_api
 
 
 def load_api_client(required: bool = True, in_cluster_only: bool = False) -> Any:

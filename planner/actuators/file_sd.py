@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from planner.actuators.settings import ActuatorSettings
+
 TARGETS_FILE = "targets.json"
 
 
@@ -91,7 +93,7 @@ def default_state_dir(policy_name: str) -> Path:
     return Path(tempfile.gettempdir()) / f"planner-{safe}"
 
 
-def state_dir_of(policy) -> Path:  # noqa: ANN001 - planner.config.Policy
+def state_dir_of(policy_name: str, actuator: ActuatorSettings) -> Path:
     """Where a policy's process actuator keeps engine logs and targets.json (`planner route` reads it too)."""
-    configured = policy.actuator.state_dir
-    return Path(configured) if configured else default_state_dir(policy.name)
+    configured = actuator.state_dir
+    return Path(configured) if configured else default_state_dir(policy_name)

@@ -22,6 +22,7 @@ from typing import Any
 
 from planner.actuators.errors import ActuationError, LeadershipLost
 from planner.actuators.targets import ScaleTarget, targets_from_policy
+from planner.config import Policy
 from planner.types import Applied
 
 log = logging.getLogger("planner.actuators")
@@ -50,8 +51,9 @@ class KubernetesScaleActuator:
         self.on_conflict = on_conflict
 
     @classmethod
-    def from_policy(cls, policy, api_client: Any = None, **kwargs: Any) -> KubernetesScaleActuator:  # noqa: ANN001
-        return cls(targets_from_policy(policy), api_client, **kwargs)
+    def from_policy(cls, policy: Policy, api_client: Any = None, kind: str = "kubernetes",
+                    **kwargs: Any) -> KubernetesScaleActuator:
+        return cls(targets_from_policy(policy, kind), api_client, **kwargs)
 
     # --------------------------------------------------------------------------------------- scale I/O
     def read(self, t: ScaleTarget) -> tuple[int, str]:

@@ -31,6 +31,8 @@ from planner.actuators.drain import RouterView, drain
 from planner.actuators.errors import ActuationError
 from planner.actuators.file_sd import Target, state_dir_of, targets_path, write_targets
 from planner.actuators.replica import Replica, ephemeral_range, port_is_free, substitute
+from planner.actuators.settings import ActuatorSettings
+from planner.config import Policy
 from planner.types import Applied
 
 log = logging.getLogger("planner.actuators.process")
@@ -60,18 +62,16 @@ class ProcessSettings:
     in_flight_gauges: tuple[str, ...] = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
     @classmethod
-    def from_policy(cls, policy) -> ProcessSettings:  # noqa: ANN001 - planner.config.Policy
-        from planner.sources.dialects import get_dialect
-
-        a = policy.actuator
+    def from_policy(cls, policy: Policy, a: ActuatorSettings, in_flight_gauges: tuple[str, ...]) -> ProcessSettings:
+        """``in_flight_gauges``: the metric dialect's gauges of requests in the system (what a drain waits on)."""
+        assert a.port_range is not None  # required for kind process when the policy file was read
         pools = {}
         for pool in policy.pool_names():
-            own = a.pools.get(pool.value)
-            command = own.command if own is not None and own.command is not None else a.command
-            env = {**a.env, **(own.env if own is not None else {})}
+            command, env = a.pool_command(pool.value)
+            assert command is not None  # ditto: actuator.command or actuator.pools.<pool>.command
             pools[pool.value] = PoolCommand(tuple(command), env, policy.pool(pool).min_replicas)
-        return cls(policy.name, pools, tuple(a.port_range), state_dir_of(policy), a.drain_s, a.stop_grace_s,
-                   a.ready_timeout_s, a.router_url, get_dialect(policy.metrics.dialect).in_system_gauges)
+        return cls(policy.name, pools, a.port_range, state_dir_of(policy.name, a), a.drain_s,
+                   a.stop_grace_s, a.ready_timeout_s, a.router_url, in_flight_gauges)
 
 
 @dataclass
@@ -114,8 +114,9 @@ class ProcessActuator:
                                 ephemeral[0])
 
     @classmethod
-    def from_policy(cls, policy, metrics=None) -> ProcessActuator:  # noqa: ANN001
-        return cls(ProcessSettings.from_policy(policy), metrics)
+    def from_policy(cls, policy: Policy, actuator: ActuatorSettings, in_flight_gauges: tuple[str, ...],
+                    metrics=None) -> ProcessActuator:  # noqa: ANN001 - planner.telemetry.PlannerMetrics
+        return cls(ProcessSettings.from_policy(policy, actuator, in_flight_gauges), metrics)
 
     # ------------------------------------------------------------------------------------------ apply
     replicas_source = "the actuator's own processes"  # how the control loop names what read_replicas returns

@@ -1,8 +1,9 @@
 """Actuators by ``actuator.kind``: what the policy schema accepts, and how each is built.
 
 Adding an actuator: write it in its own file under planner/actuators/ (an ``apply(targets) -> Applied`` that
-is idempotent and safe to retry) and add one ``ActuatorKind`` line to ``REGISTRY`` below. Constructors import
-their module when called, so reading this registry (the policy schema does) loads no client library.
+is idempotent and safe to retry) and add one ``ActuatorKind`` line to ``REGISTRY`` below; its settings go in
+planner/actuators/settings.py. Constructors import their module when called, so reading this registry (the
+policy file does, to check ``actuator.kind``) loads no client library.
 """
 
 from __future__ import annotations
@@ -11,18 +12,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from planner.actuators.settings import ActuatorSettings
+from planner.config import Policy
 from planner.types import Actuator
 
 
 @dataclass(frozen=True)
 class ActuatorContext:
-    policy: Any  # planner.config.Policy (not imported: the policy schema imports this module)
+    policy: Policy  # the pools (targets, floors) and the policy's name
+    settings: ActuatorSettings
     store: Any  # planner.actuators.desired.DesiredStore: what KEDA and the HPA read
     api_client: Any = None  # kubernetes.client.ApiClient, for kinds that write (or may read) the cluster
     metrics: Any = None  # planner.telemetry.PlannerMetrics, for kinds that export their own state
     may_write: Callable[[], str | None] | None = None  # leader election: None to write, else why not
     on_conflict: Callable[[str], None] | None = None  # a 409 on a pool's write (counted by telemetry)
     request_timeout_s: float = 10.0  # every Kubernetes API call of the actuator
+    # The metrics dialect's gauges of requests in the system: what a process replica's drain waits on.
+    in_flight_gauges: tuple[str, ...] = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,8 @@ class ActuatorKind:
 def _kubernetes(ctx: ActuatorContext) -> Actuator:
     from planner.actuators.kubernetes import KubernetesScaleActuator
 
-    return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, may_write=ctx.may_write,
+    return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, ctx.settings.kind,
+                                               may_write=ctx.may_write,
                                                on_conflict=ctx.on_conflict,
                                                request_timeout_s=ctx.request_timeout_s)
 
@@ -48,7 +55,8 @@ def _reader(ctx: ActuatorContext) -> Any:
         return None
     from planner.actuators.kubernetes import KubernetesScaleActuator
 
-    return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, request_timeout_s=ctx.request_timeout_s)
+    return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, ctx.settings.kind,
+                                               request_timeout_s=ctx.request_timeout_s)
 
 
 def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
@@ -63,7 +71,7 @@ def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
 def _process(ctx: ActuatorContext) -> Actuator:
     from planner.actuators.process import ProcessActuator
 
-    return ProcessActuator.from_policy(ctx.policy, ctx.metrics)
+    return ProcessActuator.from_policy(ctx.policy, ctx.settings, ctx.in_flight_gauges, ctx.metrics)
 
 
 def _dry_run(ctx: ActuatorContext) -> Actuator:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.config import Policy
 from planner.errors import UserError
 
 # kind -> (group, plural). Built-in kinds go through AppsV1Api; the rest through CustomObjectsApi *_scale.
@@ -64,13 +65,14 @@ def resolve_target(pool: str, api_version: str, kind: str, namespace: str, name:
     return ScaleTarget(pool, group, version, plural, kind, namespace, name, min_replicas)
 
 
-def targets_from_policy(policy) -> dict[str, ScaleTarget]:  # noqa: ANN001 - planner.config.Policy
+def targets_from_policy(policy: Policy, kind: str) -> dict[str, ScaleTarget]:
+    """Each pool's scale target; ``kind``: the actuator kind that needs them (named in the error)."""
     out: dict[str, ScaleTarget] = {}
     for pool in policy.pool_names():
         spec = policy.pool(pool)
         if spec.target is None:
             raise UserError(f"policy {policy.name}: key 'pools.{pool}.target' is required by actuator kind "
-                            f"{policy.actuator.kind!r} (apiVersion, kind, namespace, name)")
+                            f"{kind!r} (apiVersion, kind, namespace, name)")
         t = spec.target
         out[pool] = resolve_target(pool, t.api_version, t.kind, t.namespace, t.name, spec.min_replicas)
     return out

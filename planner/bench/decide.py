@@ -9,15 +9,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from planner.config import Policy, load_policy
 from planner.controller import sample_of
 from planner.decide import DeciderSpec, decide
 from planner.decide.whatif import flat_forecast
+from planner.policy_file import PolicyFile, load_policy
 from planner.profile import Profile, load_profile
 from planner.types import LoadForecast, Observation, PoolObservation
 
 
-def scenarios(pol: Policy) -> dict[str, Policy]:
+def scenarios(pol: PolicyFile) -> dict[str, PolicyFile]:
     """The policy as written, with pools of up to 1000 replicas, and with a binding GPU budget."""
     roomy = pol.model_copy(update={"pools": pol.pools.model_copy(update={
         n: pol.pool(n).model_copy(update={"max_replicas": 1000}) for n in pol.pool_names()})})
@@ -28,12 +28,12 @@ def scenarios(pol: Policy) -> dict[str, Policy]:
     }
 
 
-def time_ticks(p: Policy, prof: Profile, ticks: int, peak: float) -> tuple[list[float], list[float]]:
+def time_ticks(p: PolicyFile, prof: Profile, ticks: int, peak: float) -> tuple[list[float], list[float]]:
     """(best-of-3 microseconds per tick, first-call microseconds per tick), both sorted."""
     times_us: list[float] = []
     raw_us: list[float] = []
     state = None
-    spec = DeciderSpec.build(p, prof)  # once, as the controller does
+    spec = DeciderSpec.build(p, prof, p.stale_after_s)  # once, as the controller does
     for i in range(ticks):
         now = i * p.interval_s
         rate = peak * (0.55 + 0.45 * math.sin(2 * math.pi * now / 86400.0))

@@ -62,14 +62,14 @@ def _source(url: str, policy: Path | None, local: bool = False) -> PrometheusSou
     names no selectors reads them there."""
     if policy is None:
         return PrometheusSource(url, "vllm", DEFAULT_SELECTORS)
-    from planner.config import load_policy
+    from planner.policy_file import load_policy
 
     pol = load_policy(policy)
     if local and not pol.metrics.selectors:
         metrics = pol.metrics.model_copy(update={"selectors": {p: DEFAULT_SELECTORS.get(p, "")
                                                                for p in pol.pool_names()}})
         pol = pol.model_copy(update={"metrics": metrics})
-    return PrometheusSource.from_policy(pol, url=url)
+    return PrometheusSource.from_policy(pol, pol.metrics, url=url)
 
 
 def run(console: Console, prometheus: str | None, policy: Path | None, reads: int, window_s: float) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from planner.config import Policy
 from planner.errors import UserError
+from planner.policy_file import PolicyFile
 from planner.profile import Profile, load_profile
 from planner.sim.backtest import fluid_initial
 from planner.sim.cluster import Cluster, SimConfig
@@ -26,7 +26,7 @@ MODES = tuple(Mode)
 def peak_sizes(tr: RequestTrace, prof: Profile, mode: str) -> dict[str, int]:
     """Pool sizes for the trace's busiest minute, so the run is a realistic (not overloaded) cluster."""
     pools = {p.value: {"max_replicas": 10_000} for p in Mode(mode).pools}
-    pol = Policy.model_validate({"name": "bench", "mode": mode, "profile": "-", "pools": pools})
+    pol = PolicyFile.model_validate({"name": "bench", "mode": mode, "profile": "-", "pools": pools})
     peak_minute = float(np.argmax(minute_counts(tr)) * 60.0)
     peak = tr.window(peak_minute, peak_minute + 60.0)
     peak = RequestTrace(peak.arrival_s - peak_minute, peak.isl, peak.osl)

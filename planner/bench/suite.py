@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from planner import __version__
-from planner.config import Policy
+from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.sim import suite
 from planner.sim.backtest import BacktestResult, run_backtest, sim_setup
@@ -41,7 +41,7 @@ class Inputs:
     scenario: suite.Scenario
     trace: RequestTrace
     profile: Profile
-    policy: Policy
+    policy: PolicyFile
     warmup_s: float
 
 

@@ -30,9 +30,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """What-if: the Decision for a given load (no state, no side effects)."""
         from planner.commands.render import render_plan
-        from planner.config import load_policy
         from planner.decide.serialize import decision_dict
         from planner.decide.whatif import plan, sla_misses
+        from planner.policy_file import load_policy
         from planner.profile import load_profile
 
         _check("--rate-rps", rate_rps, allow_zero=True)

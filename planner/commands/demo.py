@@ -20,7 +20,7 @@ from planner.commands.progress import phase_progress
 from planner.errors import UserError
 
 if TYPE_CHECKING:
-    from planner.config import Policy
+    from planner.policy_file import PolicyFile
     from planner.profile import Profile
     from planner.sim.traces import RequestTrace
 
@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         import numpy as np
 
         from planner.commands.args import positive
-        from planner.config import load_policy
+        from planner.policy_file import load_policy
         from planner.sim.traces import load_requests
 
         positive("--minutes", minutes)
@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"wrote {p}")
 
 
-def _profile(console: Console, policy: Policy, isl: int, osl: int, out: Path) -> tuple[Profile, Path]:
+def _profile(console: Console, policy: PolicyFile, isl: int, osl: int, out: Path) -> tuple[Profile, Path]:
     from planner.catalog import load_hardware, load_model
     from planner.profile import save_profile
     from planner.profiler.analytical import profile_analytical
@@ -91,7 +91,7 @@ def _profile(console: Console, policy: Policy, isl: int, osl: int, out: Path) ->
     return profile, profile_path
 
 
-def _plan(console: Console, policy: Policy, profile: Profile, tr: RequestTrace, isl: int, osl: int) -> None:
+def _plan(console: Console, policy: PolicyFile, profile: Profile, tr: RequestTrace, isl: int, osl: int) -> None:
     from planner.commands.render import render_plan
     from planner.decide.whatif import plan
     from planner.sim.series import minute_counts
@@ -102,7 +102,7 @@ def _plan(console: Console, policy: Policy, profile: Profile, tr: RequestTrace, 
         render_plan(plan(policy, profile, rate, isl, osl), policy, console)
 
 
-def _backtest(console: Console, tr: RequestTrace, profile: Profile, policy: Policy, base: list[str],
+def _backtest(console: Console, tr: RequestTrace, profile: Profile, policy: PolicyFile, base: list[str],
               meta: dict[str, object], out: Path, no_plots: bool, warmup_s: float) -> list[Path]:
     from planner.sim.backtest import run_backtest
     from planner.sim.report import write_report

@@ -48,12 +48,13 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if policy is not None:
-        from planner.config import load_policy, pool_selectors
+        from planner.policy_file import load_policy
         from planner.sources.auth import PromAuth
+        from planner.sources.settings import pool_selectors
 
         pol = load_policy(policy)
         selectors: dict[str, str] = {}
-        for pool, given in pool_selectors(pol).items():
+        for pool, given in pool_selectors(pol, pol.metrics).items():
             try:
                 own = check_selector(given, f"{policy}: metrics.selectors.{pool}")
             except ValueError as exc:
@@ -61,7 +62,7 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
             selectors[pool] = merge_selectors(own, extra)  # --selector narrows every pool (e.g. namespace)
         url = prometheus or pol.metrics.url
         dialect = dialect or pol.metrics.dialect
-        stale = stale_after_s or pol.metrics.stale_after_intervals * pol.interval_s
+        stale = stale_after_s or pol.stale_after_s
         targets = {"ttft": pol.sla.ttft_ms, "itl": pol.sla.itl_ms, **targets}  # the flags override the SLA
         auth = PromAuth.from_metrics(pol.metrics)
     else:

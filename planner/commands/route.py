@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from planner.actuators.file_sd import state_dir_of, targets_path
-        from planner.config import load_policy
+        from planner.policy_file import load_policy
         from planner.router.app import create_router_app
 
         level = logging.getLevelName(log_level.upper())
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
                             "replicas of actuator kind process (it reads their targets.json)")
         check_port_free("--port", host, port)
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        targets = targets_path(state_dir_of(pol))
+        targets = targets_path(state_dir_of(pol.name, pol.actuator))
         app_ = create_router_app(targets, pol.mode, read_timeout_s=read_timeout_s)
         Console(stderr=True).print(f"routing {pol.mode.value} requests on http://{host}:{port} to the replicas "
                                    f"in {targets}")

@@ -17,7 +17,7 @@ from planner.sim.baselines.registry import DEFAULT_BASELINES
 from planner.sim.baselines.registry import names as baseline_names
 
 if TYPE_CHECKING:
-    from planner.config import Policy
+    from planner.policy_file import PolicyFile
     from planner.sim.backtest import BacktestResult
     from planner.sim.traces import RequestTrace
 
@@ -116,8 +116,8 @@ def _describe(console: Console, tr: RequestTrace, warmup_s: float) -> None:
                   + (f" ({tr.notes})" if tr.notes else ""))
 
 
-def _policy(path: Path, quantile: float | None) -> Policy:
-    from planner.config import load_policy
+def _policy(path: Path, quantile: float | None) -> PolicyFile:
+    from planner.policy_file import load_policy
 
     pol = load_policy(path)
     if quantile is None:

@@ -3,8 +3,8 @@
 Pure: no I/O, no clock. The same function runs in the controller, the simulator and backtests. ``spec`` is
 built once from the policy and the profile (``DeciderSpec.build``). The decision, in order, one stage each:
 
-  1. Demand (decide/demand.py). NoData, or an observation older than ``metrics.stale_after_intervals``
-     intervals, holds every pool (never scale down on missing data). Otherwise the load at the horizon
+  1. Demand (decide/demand.py). NoData, or an observation older than ``spec.stale_after_s`` (the metrics
+     source's ``stale_after_intervals`` intervals), holds every pool (never scale down on missing data). Otherwise the load at the horizon
      ``startup_s + interval_s``: the rate forecast at the policy's quantile (never negative, at most 2x its
      mean), mean ISL and OSL, each pool's work quantile and any backlog it holds. A forecast that failed
      falls back to the observed window (reason forecast_fallback); measured zero traffic with a zero

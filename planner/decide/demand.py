@@ -67,10 +67,10 @@ def mean_length(obs: Observation, attr: str, prefer: tuple[Pool, ...]) -> float 
 
 
 def check_data(spec: DeciderSpec, observation: Observation | NoData, now_s: float) -> Observation | Hold:
-    """NoData, or an observation older than ``metrics.stale_after_intervals`` intervals, holds every pool."""
+    """NoData, or an observation older than ``spec.stale_after_s``, holds every pool."""
     if isinstance(observation, NoData):
         return Hold(f"no data: {observation.reason.value}")
-    stale_s = spec.policy.metrics.stale_after_intervals * spec.policy.interval_s
+    stale_s = spec.stale_after_s
     if now_s - observation.at_s > stale_s:
         return Hold(f"stale: observation from {now_s - observation.at_s:.0f} s ago (> {stale_s:.0f} s)")
     return observation

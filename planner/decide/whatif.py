@@ -36,7 +36,8 @@ def plan(policy: Policy, profile: Profile, rate_rps: float, isl: float, osl: flo
     pool = PoolObservation(requests=rate_rps * window, rate_rps=rate_rps, isl_mean=isl, osl_mean=osl)
     obs = Observation(at_s=0.0, window_s=window, pools={n: pool for n in policy.pool_names()})
     forecast = LoadForecast(flat_forecast(rate_rps, horizon), flat_forecast(isl, horizon), flat_forecast(osl, horizon))
-    decision, _ = decide(DeciderSpec.build(policy, profile), obs, forecast, None, 0.0)
+    # One observation, taken now: it cannot be stale.
+    decision, _ = decide(DeciderSpec.build(policy, profile, stale_after_s=math.inf), obs, forecast, None, 0.0)
     return decision
 
 

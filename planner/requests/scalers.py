@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from planner.actuators.targets import SCALABLE_KINDS
-from planner.config import Policy
+from planner.policy_file import PolicyFile
 from planner.types import Pool
 
 PLANNER_SERVICE = "planner"  # deploy/base/service.yaml; the planner runs in the engines' namespace
@@ -26,13 +26,13 @@ FOLLOW_EXACTLY = {
     for direction in ("scaleUp", "scaleDown")}
 
 
-def _ref(policy: Policy, pool: Pool) -> dict[str, str]:
+def _ref(policy: PolicyFile, pool: Pool) -> dict[str, str]:
     target = policy.pool(pool).target
     assert target is not None
     return {"apiVersion": target.api_version, "kind": target.kind, "name": target.name}
 
 
-def scaled_object(policy: Policy, pool: Pool) -> dict[str, Any]:
+def scaled_object(policy: PolicyFile, pool: Pool) -> dict[str, Any]:
     spec = policy.pool(pool)
     target = spec.target
     assert target is not None
@@ -50,7 +50,7 @@ def scaled_object(policy: Policy, pool: Pool) -> dict[str, Any]:
                                                 "targetValue": "1", "activationTargetValue": "0"}}]}}
 
 
-def hpa(policy: Policy, pool: Pool) -> dict[str, Any]:
+def hpa(policy: PolicyFile, pool: Pool) -> dict[str, Any]:
     spec = policy.pool(pool)
     target = spec.target
     assert target is not None
@@ -65,7 +65,7 @@ def hpa(policy: Policy, pool: Pool) -> dict[str, Any]:
                      "behavior": FOLLOW_EXACTLY}}
 
 
-def scale_role(policy: Policy) -> list[dict[str, Any]]:
+def scale_role(policy: PolicyFile) -> list[dict[str, Any]]:
     """What planner/actuators/kubernetes.py calls (read/replace of /scale) on these targets only."""
     rules: dict[tuple[str, str], list[str]] = {}
     namespace = ""
@@ -86,7 +86,7 @@ def scale_role(policy: Policy) -> list[dict[str, Any]]:
     return [role, binding]
 
 
-def actuator_objects(policy: Policy) -> dict[str, list[dict[str, Any]]]:
+def actuator_objects(policy: PolicyFile) -> dict[str, list[dict[str, Any]]]:
     kind = policy.actuator.kind
     if kind == "keda":
         return {"scaledobjects.yaml": [scaled_object(policy, p) for p in policy.pool_names()]}

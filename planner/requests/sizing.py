@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planner.config import Policy, parse_policy
 from planner.decide.whatif import plan
+from planner.policy_file import PolicyFile, parse_policy
 from planner.profile import Profile
 from planner.requests.checks import Resolved
 from planner.requests.engines import ENGINES
@@ -31,7 +31,7 @@ BISECTION_STEPS = 30
 @dataclass(frozen=True)
 class Sizing:
     document: dict[str, Any]  # policy.yaml as data
-    policy: Policy
+    policy: PolicyFile
     decision: Decision  # at the stated load, under the written policy
 
 
@@ -62,15 +62,15 @@ def document(resolved: Resolved, mode: Mode, bounds: dict[Pool, tuple[int, int]]
     }
 
 
-def _policy(doc: dict[str, Any]) -> Policy:
+def _policy(doc: dict[str, Any]) -> PolicyFile:
     return parse_policy(doc, "policy.yaml")
 
 
-def _unbounded(resolved: Resolved, mode: Mode) -> Policy:
+def _unbounded(resolved: Resolved, mode: Mode) -> PolicyFile:
     return _policy(document(resolved, mode, {p: (1, UNBOUNDED) for p in mode.pools}, None))
 
 
-def _check_feasible(decision: Decision, policy: Policy, load: SteadyLoad) -> None:
+def _check_feasible(decision: Decision, policy: PolicyFile, load: SteadyLoad) -> None:
     if Reason.SLA_INFEASIBLE not in decision.reasons:
         return
     pools = {p: d for p, d in decision.pools.items() if Reason.SLA_INFEASIBLE in d.reasons}
@@ -84,7 +84,7 @@ def _check_feasible(decision: Decision, policy: Policy, load: SteadyLoad) -> Non
                                        "predicted_itl_ms": d.predicted_itl_ms} for p, d in pools.items()}})
 
 
-def _max_rate_within(policy: Policy, profile: Profile, load: SteadyLoad, max_gpus: int) -> float:
+def _max_rate_within(policy: PolicyFile, profile: Profile, load: SteadyLoad, max_gpus: int) -> float:
     """The highest rate whose sizing fits ``max_gpus`` (0 when not even the floors fit)."""
     lo, hi = 0.0, load.rate_rps
     if plan(policy, profile, 0.0, load.isl, load.osl).gpus > max_gpus:
@@ -98,7 +98,7 @@ def _max_rate_within(policy: Policy, profile: Profile, load: SteadyLoad, max_gpu
     return lo
 
 
-def _over_budget(decision: Decision, policy: Policy, profile: Profile, load: SteadyLoad, max_gpus: int) -> None:
+def _over_budget(decision: Decision, policy: PolicyFile, profile: Profile, load: SteadyLoad, max_gpus: int) -> None:
     pools = " + ".join(f"{p} {d.replicas} x {d.gpus_per_replica} GPUs" for p, d in decision.pools.items())
     fits = _max_rate_within(policy, profile, load, max_gpus)
     serves = (f"it serves at most {fits:.3g} req/s at this SLA" if fits > 0
@@ -110,7 +110,7 @@ def _over_budget(decision: Decision, policy: Policy, profile: Profile, load: Ste
                          "pools": decision.targets()})
 
 
-def _bounds(resolved: Resolved, policy: Policy, profile: Profile, load: SteadyLoad,
+def _bounds(resolved: Resolved, policy: PolicyFile, profile: Profile, load: SteadyLoad,
             decision: Decision) -> dict[Pool, tuple[int, int]]:
     peak = plan(policy, profile, max(HEADROOM * load.rate_rps, load.peak_rate_rps), load.isl, load.osl)
     total = resolved.spec.hardware.total_gpus

@@ -53,7 +53,7 @@ class RunOptions:
 
 
 def _load(path: Path) -> tuple[Any, Any]:
-    from planner.config import load_policy
+    from planner.policy_file import load_policy
     from planner.profile import load_profile
 
     policy = load_policy(path)
@@ -61,7 +61,7 @@ def _load(path: Path) -> tuple[Any, Any]:
         raise UserError(f"{path}: key 'metrics.source' = {policy.metrics.source!r}: `planner run` reads "
                         "Prometheus; the simulator source is for `planner backtest`")
     if policy.actuator.kind == "kubernetes":
-        targets_from_policy(policy)  # bad targets are a config error, reported before any credentials matter
+        targets_from_policy(policy, "kubernetes")  # bad targets are a config error, reported before any credentials matter
     return policy, load_profile(policy.profile)
 
 
@@ -79,32 +79,34 @@ def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = N
                elector: Any = None) -> ControlLoop:
     """The loop for one policy (``policy_path``, default the first); ``elector`` shared between loops."""
     from planner.controller import make_planner_controller
+    from planner.sources.dialects import get_dialect
     from planner.sources.prometheus import PrometheusSource
 
     policy, profile = _load(policy_path or opts.policy_path)
     clock = clock or SystemClock()
     metrics = metrics or PlannerMetrics()
     store = DesiredStore(policy.name, policy.pool_names())
-    acting = needs_api(policy, opts.dry_run)
+    acting = needs_api(policy.actuator, opts.dry_run)
     if (acting or opts.leader_elect) and api_client is None:
         api_client = load_api_client()
     elif api_client is None and not opts.dry_run and policy.actuator.kind in ("keda", "hpa"):
         api_client = load_api_client(required=False, in_cluster_only=True)  # to read what KEDA/HPA set
     if opts.leader_elect and elector is None:
         elector = make_elector(opts, policy, api_client, clock)
-    context: dict[str, Any] = {"metrics": metrics}
+    context: dict[str, Any] = {"metrics": metrics,
+                               "in_flight_gauges": get_dialect(policy.metrics.dialect).in_system_gauges}
     if acting:
         context["on_conflict"] = lambda pool: metrics.actuation_conflicts.labels(policy=policy.name, pool=pool).inc()
         if elector is not None:
             context.update(may_write=elector.may_write, request_timeout_s=elector.request_timeout_s)
-    actuator = make_actuator(policy, store, dry_run=opts.dry_run, api_client=api_client, **context)
+    actuator = make_actuator(policy, policy.actuator, store, dry_run=opts.dry_run, api_client=api_client, **context)
     overrides = {"url": opts.metrics_url} if opts.metrics_url else {}
-    source = PrometheusSource.from_policy(policy, **overrides)
+    source = PrometheusSource.from_policy(policy, policy.metrics, **overrides)
     events = None
     if acting:
         from planner.service.events import ScaleEvents
 
-        events = ScaleEvents(api_client, targets_from_policy(policy), policy.name,
+        events = ScaleEvents(api_client, targets_from_policy(policy, policy.actuator.kind), policy.name,
                              instance=getattr(elector, "identity", "") or socket.gethostname())
     loop = ControlLoop(policy, make_planner_controller(policy, profile), source, actuator, metrics, clock,
                        monitor=MissingSignalMonitor.for_policy(policy, metrics, source_name(source)),

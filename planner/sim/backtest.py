@@ -26,10 +26,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.config import Policy
 from planner.controller import initial_state, make_planner_controller
 from planner.errors import UserError
 from planner.perf.kv import gbps_to_bytes_per_s
+from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.sim.baselines.registry import REFERENCE_ALIASES, REGISTRY, BaselineContext
 from planner.sim.clairvoyant import FREE_NAME, clairvoyant_planner, with_free_scale_down
@@ -71,7 +71,7 @@ def check_trace(trace: RequestTrace, profile: Profile, config: SimConfig) -> Non
                         f"(max context {limit}, KV capacity {kv_cap}); {len(bad)} such requests")
 
 
-def fluid_initial(trace: RequestTrace, profile: Profile, policy: Policy, horizon_s: float) -> dict[str, int]:
+def fluid_initial(trace: RequestTrace, profile: Profile, policy: PolicyFile, horizon_s: float) -> dict[str, int]:
     head = trace.window(0.0, max(horizon_s, 60.0))
     if len(head) == 0:
         return {p: policy.pool(p).min_replicas for p in policy.pool_names()}
@@ -88,7 +88,7 @@ def fluid_initial(trace: RequestTrace, profile: Profile, policy: Policy, horizon
             for k, v in need.items()}
 
 
-def run_backtest(trace: RequestTrace, profile: Profile, policy: Policy, *, baselines: Sequence[str] = BASELINES,
+def run_backtest(trace: RequestTrace, profile: Profile, policy: PolicyFile, *, baselines: Sequence[str] = BASELINES,
                  startup_s: float | None = None, kill: bool = False, seed: int = 0, forecaster: str | None = None,
                  progress: Callable[[str, float, float], None] | None = None,
                  trace_meta: dict | None = None, dynamo_predictor: str = "constant",
@@ -147,7 +147,7 @@ def schedule_baselines(ctx: BaselineContext, config: SimConfig, chosen: Sequence
     return _replay_all(late_runs, ctx, config, progress)
 
 
-def sim_setup(trace: RequestTrace, profile: Profile, policy: Policy, *, startup_s: float | None = None,
+def sim_setup(trace: RequestTrace, profile: Profile, policy: PolicyFile, *, startup_s: float | None = None,
               kill: bool = False, warmup_s: float = 0.0, dynamo_predictor: str = "constant"
               ) -> tuple[BaselineContext, SimConfig]:
     """The checked trace's simulation settings and what every policy starts from (no schedule yet)."""
@@ -195,11 +195,11 @@ def offline_search(ctx: BaselineContext, config: SimConfig, replays: dict[str, R
     return replace(best, simulations=sum(f.simulations for f in found))
 
 
-def _references(bound: LowerBound, offline: OfflineSchedule, policy: Policy, duration_s: float) -> dict:
+def _references(bound: LowerBound, offline: OfflineSchedule, policy: PolicyFile, duration_s: float) -> dict:
     return {"lower_bound": bound.to_report(), "offline": offline_reference(offline, policy, duration_s)}
 
 
-def offline_reference(offline: OfflineSchedule, policy: Policy, duration_s: float) -> dict:
+def offline_reference(offline: OfflineSchedule, policy: PolicyFile, duration_s: float) -> dict:
     """The report's ``references.offline``: the fields of a policy, and how the schedule was found."""
     scores = summarise(offline.replay, policy, duration_s)
     return {**scores, "method": offline.method, "simulations": offline.simulations,
@@ -251,7 +251,7 @@ def _replay_all(runs: list[Run], ctx: BaselineContext, config: SimConfig,
     return policies, replays
 
 
-def with_quantile(policy: Policy, quantile: float) -> Policy:
+def with_quantile(policy: PolicyFile, quantile: float) -> PolicyFile:
     """``policy`` with its forecast quantile set to ``quantile`` (the planner's headroom knob)."""
     return policy.model_copy(update={"forecast": policy.forecast.model_copy(update={"quantile": quantile})})
 
@@ -263,7 +263,7 @@ def free_clairvoyant_run(ctx: BaselineContext) -> Run:
     return planner, ctx.window_s, dict(ctx.initial)
 
 
-def planner_run(ctx: BaselineContext, forecaster: str | None, policy: Policy | None = None) -> Run:
+def planner_run(ctx: BaselineContext, forecaster: str | None, policy: PolicyFile | None = None) -> Run:
     """The planner under ``policy`` (default: the run's), starting where every policy starts."""
     planner = make_planner_controller(policy or ctx.policy, ctx.profile, forecaster, ctx.initial)
     return planner, ctx.window_s, dict(ctx.initial)

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from planner.config import Policy, ScalingPolicy, ScalingRules
+from planner.config import ScalingPolicy, ScalingRules
 from planner.controller import PlannerController, Sample
 from planner.decide import PlannerState
+from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.sim.metrics import prompt_buckets
 from planner.sim.traces import RequestTrace
@@ -71,14 +72,14 @@ class PerfectForecast:
         return LengthMix.from_buckets(prompt_buckets(self._isl[lo:hi]))
 
 
-def clairvoyant_planner(policy: Policy, profile: Profile, trace: RequestTrace, window_s: float,
+def clairvoyant_planner(policy: PolicyFile, profile: Profile, trace: RequestTrace, window_s: float,
                         initial_state: PlannerState | None = None, name: str = NAME) -> PlannerController:
     """The planner's own controller and decide(), its future load handed in through ``PerfectForecast``."""
     forecast = PerfectForecast(trace, window_s, policy.interval_s, policy.startup_s)
     return PlannerController(policy, profile, forecast, initial_state, name=name)
 
 
-def with_free_scale_down(policy: Policy) -> Policy:
+def with_free_scale_down(policy: PolicyFile) -> PolicyFile:
     """``policy`` with its scale-down unrestricted: no stabilisation window, any share per interval.
 
     Only a controller that knows the future may give capacity back this fast (its forecast already covers the

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from planner.catalog import data_dir, load_hardware, load_model
-from planner.config import Policy, load_policy
 from planner.errors import UserError
+from planner.policy_file import PolicyFile, load_policy
 from planner.profile import Profile, load_profile
 from planner.profiler.analytical import profile_analytical
 from planner.profiler.grids import SweepRequest
@@ -133,7 +133,7 @@ def warmup_s(s: Scenario, quick: bool) -> float:
     return QUICK_WARMUP_S if quick else s.warmup_s
 
 
-def scenario_policy(path: Path | None = None) -> Policy:
+def scenario_policy(path: Path | None = None) -> PolicyFile:
     """The policy every scenario runs (its profile swapped per scenario): the example as shipped by default."""
     return load_policy(path or EXAMPLE_POLICY)
 
@@ -144,7 +144,7 @@ def policy_label(path: Path | None) -> str:
     return str(chosen.relative_to(REPO)) if chosen.is_relative_to(REPO) else str(chosen)
 
 
-def scenario_profile(s: Scenario, policy: Policy) -> Profile:
+def scenario_profile(s: Scenario, policy: PolicyFile) -> Profile:
     if s.profile == "shipped":
         path = Path(policy.profile)
         return load_profile(path if path.is_absolute() else REPO / path)
@@ -153,7 +153,7 @@ def scenario_profile(s: Scenario, policy: Policy) -> Profile:
     return analytical("llama-3.1-8b", policy, isl=65536, osl=300, grid=LONG_GRID)
 
 
-def analytical(model: str, policy: Policy, isl: int, osl: int, grid: tuple[int, ...] | None) -> Profile:
+def analytical(model: str, policy: PolicyFile, isl: int, osl: int, grid: tuple[int, ...] | None) -> Profile:
     """An analytical H200 profile at TP 1/2/4/8, selected at (isl, osl) for the policy's SLA (milliseconds)."""
     req = SweepRequest(model=model, gpu="h200", tp=(1, 2, 4, 8), isl=isl, osl=osl, ttft_ms=policy.sla.ttft_ms,
                        itl_ms=policy.sla.itl_ms, kv_link_gbps=policy.kv_link.gbps, isl_grid=grid, context_grid=grid)

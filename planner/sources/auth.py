@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from planner.sources.settings import MetricsSettings
 
 
 class CredentialsError(Exception):
@@ -36,7 +37,7 @@ class PromAuth:
     _token: tuple[tuple[int, int], str] | None = field(default=None, repr=False)  # ((mtime_ns, size), token)
 
     @classmethod
-    def from_metrics(cls, metrics: Any) -> PromAuth:  # planner.config.MetricsConfig
+    def from_metrics(cls, metrics: MetricsSettings) -> PromAuth:
         basic = metrics.basic_auth
         return cls(bearer_token_file=metrics.bearer_token_file,
                    username=basic.username if basic else None,

@@ -18,10 +18,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from planner.config import Policy
 from planner.sources.auth import CredentialsError, PromAuth
 from planner.sources.dialects import Dialect, get_dialect
 from planner.sources.parse import parse_read
 from planner.sources.promql import build_read_query, duration
+from planner.sources.settings import MetricsSettings, pool_selectors
 from planner.types import NoData, NoDataReason, Observation
 
 
@@ -73,14 +75,12 @@ class PrometheusSource:
         return self._prom
 
     @classmethod
-    def from_policy(cls, policy, **overrides) -> PrometheusSource:  # noqa: ANN001 - planner.config.Policy
-        m = policy.metrics
+    def from_policy(cls, policy: Policy, m: MetricsSettings, **overrides: Any) -> PrometheusSource:
+        """The source for a policy's pools and SLA, as its ``metrics`` settings ``m`` say to ask."""
         url = overrides.pop("url", m.url)
-        from planner.config import pool_selectors
-
-        selectors = pool_selectors(policy)  # an absent selector must not silently select every engine
+        selectors = pool_selectors(policy, m)  # an absent selector must not silently select every engine
         # A signal older than the planner's own staleness budget is stale for the source as well.
-        kwargs = {"timeout_s": m.timeout_s, "stale_after_s": m.stale_after_intervals * policy.interval_s,
+        kwargs: dict[str, Any] = {"timeout_s": m.timeout_s, "stale_after_s": m.stale_after_s(policy.interval_s),
                   "targets_ms": {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms},
                   "auth": PromAuth.from_metrics(m)}
         kwargs.update(overrides)

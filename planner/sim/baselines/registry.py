@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.config import Policy
 from planner.controller import initial_state
+from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.sim.baselines.dynamo_load import DynamoLoadController
 from planner.sim.baselines.dynamo_throughput import DynamoThroughputController
@@ -26,7 +26,7 @@ from planner.types import Controller
 class BaselineContext:
     """What a baseline may be built from: the run's policy, profile and trace, and what is running at the start."""
 
-    policy: Policy
+    policy: PolicyFile
     profile: Profile
     trace: RequestTrace
     initial: dict[str, int]  # replicas per pool when the replay starts
