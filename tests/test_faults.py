@@ -272,8 +272,8 @@ def test_a_day_on_the_simulator_flat_memory_no_missed_tick() -> None:
     from test_service_loop import policy as sim_policy
 
     from planner.service.decisions import DecisionLog
-    from planner.sim import traces
-    from planner.sim.metrics import SimActuator
+    from planner.sim.cluster.metrics import SimActuator
+    from planner.sim.traces import loaders as traces
 
     day_s, interval_s = 86_400.0, 30.0
     pol = sim_policy(forecast={"model": "last-value", "history_s": 3600})

@@ -18,9 +18,9 @@ from planner.config import parse_policy
 from planner.controller import make_planner_controller
 from planner.profile import load_profile
 from planner.service.loop import ControlLoop, TickResult
-from planner.sim import traces
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.metrics import SimActuator, SimMetricSource
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.cluster.metrics import SimActuator, SimMetricSource
+from planner.sim.traces import loaders as traces
 from planner.telemetry import PlannerMetrics
 from planner.testing.actuator import RecordingActuator
 from planner.testing.clock import FakeClock

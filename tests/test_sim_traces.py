@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import UserError
-from planner.sim import traces as T
+from planner.sim.traces import loaders as T
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
