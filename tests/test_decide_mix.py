@@ -14,7 +14,7 @@ from planner.decide.prefill_mix import miss_share, prefill_mix, queueing_budget
 from planner.decide.queueing import wait_at
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import prompt_buckets
-from planner.sim.traces.loaders import LengthDist, RequestTrace
+from planner.sim.traces.records import LengthDist, RequestTrace
 from planner.types import LengthMix, Reason
 
 MODEL = spec(free_policy()).model

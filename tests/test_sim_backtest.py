@@ -13,7 +13,7 @@ from planner.config import load_policy
 from planner.profile import load_profile
 from planner.sim.evaluate.backtest import direction_changes, run_backtest
 from planner.sim.evaluate.baselines import ReactiveController, StaticController
-from planner.sim.traces.loaders import sinusoid
+from planner.sim.traces.synthetic import sinusoid
 from planner.types import Observation, PoolObservation
 
 REPO = Path(__file__).resolve().parent.parent

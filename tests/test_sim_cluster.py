@@ -19,7 +19,8 @@ from planner.sim.cluster.kv_link import KvTransfers
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
 from planner.sim.cluster.replicas import DRAINING, GONE, READY, DecodeReplica, PrefillReplica, Replica
 from planner.sim.cluster.request_log import RequestLog
-from planner.sim.traces.loaders import RequestTrace, constant
+from planner.sim.traces.records import RequestTrace
+from planner.sim.traces.synthetic import constant
 from planner.types import NoData, Observation
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from planner.sim.evaluate.baselines.dynamo_load import LoadRegression, step_deci
 from planner.sim.evaluate.baselines.dynamo_perf import dynamo_global_budget
 from planner.sim.evaluate.baselines.dynamo_predictors import ARIMA_MIN_POINTS, make_predictor
 from planner.sim.evaluate.baselines.registry import REGISTRY
-from planner.sim.traces.loaders import ramp, step
+from planner.sim.traces.synthetic import ramp, step
 from planner.types import Completions, Decision, NoData, NoDataReason, Observation, PoolObservation, Reason
 
 REPO = Path(__file__).resolve().parent.parent

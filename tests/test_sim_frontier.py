@@ -24,7 +24,7 @@ from planner.sim.evaluate.frontier import (
     sweep,
 )
 from planner.sim.evaluate.frontier_report import frontier_markdown, write_frontier
-from planner.sim.traces.loaders import sinusoid
+from planner.sim.traces.synthetic import sinusoid
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"

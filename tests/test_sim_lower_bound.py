@@ -24,7 +24,8 @@ from planner.sim.evaluate.lower_bound import (
     drop_allowance,
     lower_bound,
 )
-from planner.sim.traces.loaders import RequestTrace, constant, sinusoid, spike, step
+from planner.sim.traces.records import RequestTrace
+from planner.sim.traces.synthetic import constant, sinusoid, spike, step
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"
@@ -185,7 +186,7 @@ def _static_replay(trace: RequestTrace, profile: Profile, policy: Policy, sizes:
        mode=st.sampled_from(["disaggregated", "aggregated"]), seed=st.integers(0, 10**6))
 def test_no_fixed_cluster_that_meets_the_sla_spends_less(rate: float, isl: int, osl: int, prefill: int, decode: int,
                                                          warm: float, mode: str, seed: int) -> None:
-    from planner.sim.traces.loaders import LengthDist
+    from planner.sim.traces.records import LengthDist
 
     prof = load_profile(PROFILE)
     tr = constant(rate, 90.0, isl=LengthDist("lognormal", isl, 1.0, maximum=12000),

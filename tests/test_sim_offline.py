@@ -25,7 +25,7 @@ from planner.sim.evaluate.offline import (
 )
 from planner.sim.evaluate.replay import replay
 from planner.sim.evaluate.scoring import summarise
-from planner.sim.traces.loaders import step
+from planner.sim.traces.synthetic import step
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = load_profile(REPO / "profiles/h200/qwen3-32b.json")

@@ -42,7 +42,8 @@ from planner.profiler.loadgen import (
     stream_completion,
 )
 from planner.profiler.prompts import TOKEN_IDS, PromptMaker
-from planner.sim.traces.loaders import RequestTrace, load_requests
+from planner.sim.traces.loaders import load_requests
+from planner.sim.traces.records import RequestTrace
 
 
 @dataclass(frozen=True)

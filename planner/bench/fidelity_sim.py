@@ -11,7 +11,7 @@ import numpy as np
 
 from planner.profile import Profile
 from planner.sim.cluster.cluster import Cluster, SimConfig
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 from planner.types import Mode
 
 

@@ -35,7 +35,9 @@ from planner.errors import UserError
 from planner.profile import Profile, load_profile
 from planner.profiler.analytical import profile_analytical
 from planner.profiler.grids import SweepRequest
-from planner.sim.traces.loaders import LengthDist, RequestTrace, from_rate_fn, load_requests
+from planner.sim.traces.loaders import load_requests
+from planner.sim.traces.records import LengthDist, RequestTrace
+from planner.sim.traces.synthetic import from_rate_fn
 
 REPO = data_dir().parent
 EXAMPLE_POLICY = REPO / "policies" / "example.yaml"

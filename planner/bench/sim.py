@@ -13,7 +13,8 @@ from planner.errors import UserError
 from planner.profile import Profile, load_profile
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.evaluate.backtest import fluid_initial
-from planner.sim.traces.loaders import RequestTrace, load_requests
+from planner.sim.traces.loaders import load_requests
+from planner.sim.traces.records import RequestTrace
 from planner.sim.traces.series import minute_counts
 from planner.types import Mode
 

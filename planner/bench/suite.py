@@ -38,7 +38,7 @@ from planner.sim.evaluate.frontier import (
 )
 from planner.sim.evaluate.reseed import describe, point_name, reseed_offline
 from planner.sim.evaluate.workers import process_context
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 
 FRONTIER_POLICIES = (PLANNER, *DYNAMO)  # the targets compare these; static and reactive: `backtest --frontier`
 OFFLINE_SIMULATIONS = {False: 24, True: 8}  # full, quick

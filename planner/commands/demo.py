@@ -22,7 +22,7 @@ from planner.errors import UserError
 if TYPE_CHECKING:
     from planner.config import Policy
     from planner.profile import Profile
-    from planner.sim.traces.loaders import RequestTrace
+    from planner.sim.traces.records import RequestTrace
 
 
 def register(app: typer.Typer) -> None:

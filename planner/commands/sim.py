@@ -19,7 +19,7 @@ from planner.sim.evaluate.baselines.registry import names as baseline_names
 if TYPE_CHECKING:
     from planner.config import Policy
     from planner.sim.evaluate.backtest import BacktestResult
-    from planner.sim.traces.loaders import RequestTrace
+    from planner.sim.traces.records import RequestTrace
 
 
 DYNAMO_PREDICTOR_HELP = "dynamo-throughput's load predictor: constant | arima | kalman (Dynamo's own default is arima)"

@@ -49,7 +49,7 @@ from planner.sim.cluster.kv_link import KvTransfers
 from planner.sim.cluster.prefill import PrefillStage
 from planner.sim.cluster.request_log import RequestLog
 from planner.sim.cluster.step_timing import StepTiming
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 from planner.types import Mode, Pool
 
 __all__ = ["Cluster", "SimConfig", "front_end_s"]

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 
 
 class RequestLog:

@@ -38,7 +38,7 @@ from planner.sim.evaluate.lower_bound import LowerBound, lower_bound
 from planner.sim.evaluate.offline import OfflineJob, OfflineSchedule, offline_schedule, plan_from_targets
 from planner.sim.evaluate.replay import Replay, replay
 from planner.sim.evaluate.scoring import MET_ITL, direction_changes, summarise  # noqa: F401 - re-exported
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 from planner.types import Controller, Mode, Pool
 
 BASELINES = tuple(REGISTRY)

@@ -22,7 +22,7 @@ from planner.controller import PlannerController, Sample
 from planner.decide import PlannerState
 from planner.profile import Profile
 from planner.sim.cluster.metrics import prompt_buckets
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 from planner.types import QUANTILES, Forecast, LengthMix, LoadForecast
 
 NAME = "planner+perfect-forecast"

@@ -55,7 +55,7 @@ from planner.perf.curves import DecodeCurve
 from planner.perf.engine import EngineModel
 from planner.profile import Profile
 from planner.sim.cluster.cluster import SimConfig
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 
 CTX_QUANTUM_SLACK_TOKENS = 16  # the simulator times a step at (mean // 32 + 0.5) * 32 >= mean - 16 tokens
 ROUNDING_SLACK = 5e-6  # reports round attainment to 5 decimals: a policy that rounds up to q counts as meeting it

@@ -36,7 +36,7 @@ from planner.sim.cluster.cluster import SimConfig
 from planner.sim.evaluate.baselines.common import gpus_per_replica, make_decision
 from planner.sim.evaluate.replay import Replay, replay
 from planner.sim.evaluate.scoring import summarise
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 from planner.types import Decision, Mode, NoData, Observation, Reason
 
 NAME = "offline"

@@ -17,7 +17,7 @@ import numpy as np
 from planner.profile import Profile
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 from planner.types import Controller, Decision, NoData, NoDataReason
 
 

@@ -1,7 +1,4 @@
-"""Request traces: loaders for public trace formats, rate scaling, and synthetic generators.
-
-A trace is three sorted-by-arrival numpy arrays (arrival seconds from the trace start, ISL, OSL) plus a
-note of where it came from and how it was scaled, because a replay that scaled the load must say so.
+"""Loading request traces: the public trace formats, cutting to a window, and rate scaling.
 
 Formats (``fmt``):
 - ``azure``: Azure LLM inference 2023 CSV, ``TIMESTAMP, ContextTokens, GeneratedTokens`` (wall clock, no zone).
@@ -9,7 +6,8 @@ Formats (``fmt``):
 - ``csv`` / ``jsonl``: generic, with ``columns={"arrival": name, "isl": name, "osl": name}`` and an optional
   ``"time_unit": "s" | "ms" | "us" | "datetime"``.
 - ``servegen``: aggregate rates per window (``window_start_s, window_s, total_rate_rps, ...``); arrivals are
-  synthesised (Poisson) with lengths from :data:`DEFAULT_ISL` / :data:`DEFAULT_OSL` (Azure-conv-like).
+  synthesised (Poisson) with lengths from :data:`~planner.sim.traces.synthetic.DEFAULT_ISL` /
+  :data:`~planner.sim.traces.synthetic.DEFAULT_OSL` (Azure-conv-like).
 
 Bad rows raise :class:`UserError` naming file, line, column and value. Rows must be sorted by arrival time:
 an unsorted file is an error, not silently re-sorted, because it usually means the wrong column was mapped.
@@ -20,8 +18,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -29,6 +25,8 @@ from typing import TextIO
 import numpy as np
 
 from planner.errors import UserError
+from planner.sim.traces.records import RateWindows, RequestTrace
+from planner.sim.traces.synthetic import synthesise_from_rates
 
 FORMATS = ("azure", "mooncake", "csv", "jsonl", "servegen")
 SCALE_MODES = ("superpose", "compress")
@@ -36,93 +34,6 @@ SCALE_MODES = ("superpose", "compress")
 # lock-step of identical copies, small enough to keep the trace's minute-scale load shape (peak/mean).
 SUPERPOSE_SHIFT_S = 60.0
 MAX_SYNTH_REQUESTS = 20_000_000  # a ServeGen file spans 14 days; synthesising all of it would not fit memory
-
-
-# ------------------------------------------------------------------------------------------------ records
-@dataclass(frozen=True)
-class RequestTrace:
-    arrival_s: np.ndarray  # float64, seconds from the trace start, sorted
-    isl: np.ndarray  # int64
-    osl: np.ndarray  # int64
-    source: str = ""
-    notes: str = ""
-
-    def __post_init__(self) -> None:
-        n = len(self.arrival_s)
-        if len(self.isl) != n or len(self.osl) != n:
-            raise ValueError("arrival_s, isl and osl must have the same length")
-
-    def __len__(self) -> int:
-        return int(len(self.arrival_s))
-
-    @property
-    def duration_s(self) -> float:
-        return float(self.arrival_s[-1]) if len(self) else 0.0
-
-    def window(self, start_s: float, end_s: float) -> RequestTrace:
-        """Requests arriving in [start_s, end_s), times kept as they are."""
-        lo, hi = np.searchsorted(self.arrival_s, [start_s, end_s], side="left")
-        return RequestTrace(self.arrival_s[lo:hi], self.isl[lo:hi], self.osl[lo:hi], self.source, self.notes)
-
-    def summary(self) -> dict[str, float | int | str]:
-        n = len(self)
-        dur = self.duration_s
-        return {
-            "source": self.source,
-            "notes": self.notes,
-            "requests": n,
-            "duration_s": round(dur, 3),
-            "mean_rate_rps": round(n / dur, 4) if dur > 0 else 0.0,
-            "isl_mean": round(float(self.isl.mean()), 2) if n else 0.0,
-            "osl_mean": round(float(self.osl.mean()), 2) if n else 0.0,
-            "isl_p99": int(np.percentile(self.isl, 99)) if n else 0,
-            "osl_p99": int(np.percentile(self.osl, 99)) if n else 0,
-        }
-
-
-@dataclass(frozen=True)
-class RateWindows:
-    window_start_s: np.ndarray
-    window_s: np.ndarray
-    rate_rps: np.ndarray
-    source: str = ""
-
-    def __len__(self) -> int:
-        return int(len(self.window_start_s))
-
-
-@dataclass(frozen=True)
-class LengthDist:
-    """Token-length distribution: ``fixed`` (mean), ``lognormal`` (mean, cv) or ``empirical`` (values)."""
-
-    kind: str = "lognormal"
-    mean: float = 1000.0
-    cv: float = 1.0
-    values: tuple[int, ...] = field(default=())
-    minimum: int = 1
-    maximum: int = 1 << 20
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        if self.kind == "fixed":
-            out = np.full(n, self.mean)
-        elif self.kind == "lognormal":
-            sigma2 = math.log1p(self.cv**2)
-            mu = math.log(max(self.mean, 1e-9)) - sigma2 / 2
-            out = rng.lognormal(mu, math.sqrt(sigma2), n)
-        elif self.kind == "empirical":
-            if not self.values:
-                raise ValueError("empirical LengthDist needs values")
-            out = rng.choice(np.asarray(self.values), n)
-        else:
-            raise ValueError(f"unknown LengthDist kind {self.kind!r}; allowed: fixed, lognormal, empirical")
-        return np.clip(np.rint(out), self.minimum, self.maximum).astype(np.int64)
-
-
-# Azure conv 2023: ISL mean 1,155 (p99 4,142, max 14,050), OSL mean 211 (p99 601, max 1,000). Capped at the
-# trace's maxima: an uncapped lognormal draws 40k+-token prompts once in millions (a day of ServeGen
-# arrivals), longer than a 32k-40k-context model accepts, and the trace never had them.
-DEFAULT_ISL = LengthDist("lognormal", 1155.0, 1.0, maximum=14050)
-DEFAULT_OSL = LengthDist("lognormal", 211.0, 0.8, maximum=1000)
 
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -279,95 +190,6 @@ def load_rate_windows(path: str | Path) -> RateWindows:
         raise UserError(f"{p}: no rate windows in the file")
     a = np.asarray(rows, dtype=np.float64)
     return RateWindows(a[:, 0] - a[0, 0], a[:, 1], a[:, 2], str(p))
-
-
-# ---------------------------------------------------------------------------------------------- synthesis
-def _gamma_arrivals(rng: np.random.Generator, rate_rps: float, start_s: float, length_s: float,
-                    cv: float) -> np.ndarray:
-    """Renewal arrivals in [start, start+length) with mean rate ``rate_rps`` and inter-arrival CV ``cv``."""
-    if rate_rps <= 0 or length_s <= 0:
-        return np.empty(0)
-    if abs(cv - 1.0) < 1e-12:
-        n = rng.poisson(rate_rps * length_s)
-        return np.sort(start_s + rng.random(n) * length_s)
-    shape = 1.0 / (cv * cv)
-    scale = 1.0 / (rate_rps * shape)
-    expected = rate_rps * length_s
-    out: list[np.ndarray] = []
-    t = start_s + rng.random() * rng.gamma(shape, scale)  # random phase so windows do not all start at 0
-    end = start_s + length_s
-    while t < end:
-        gaps = rng.gamma(shape, scale, int(expected * 1.2) + 16)
-        ts = t + np.cumsum(gaps)
-        out.append(np.concatenate(([t], ts[:-1])))
-        t = float(ts[-1])
-    a = np.concatenate(out) if out else np.empty(0)
-    return a[a < end]
-
-
-def synthesise_from_rates(windows: RateWindows, isl_dist: LengthDist = DEFAULT_ISL,
-                          osl_dist: LengthDist = DEFAULT_OSL, cv: float = 1.0, seed: int = 0) -> RequestTrace:
-    """Arrivals per window (Poisson for cv=1, Gamma renewal otherwise) at the window's rate."""
-    if cv <= 0:
-        raise UserError(f"cv: {cv} must be > 0", key="cv")
-    rng = np.random.default_rng(seed)
-    parts = [_gamma_arrivals(rng, float(r), float(s), float(w), cv)
-             for s, w, r in zip(windows.window_start_s, windows.window_s, windows.rate_rps, strict=True)]
-    t = np.sort(np.concatenate(parts)) if parts else np.empty(0)
-    n = len(t)
-    return RequestTrace(t, isl_dist.sample(rng, n), osl_dist.sample(rng, n), windows.source,
-                        f"synthesised from {len(windows)} rate windows (cv {cv:g}, seed {seed})")
-
-
-def from_rate_fn(rate_fn: Callable[[np.ndarray], np.ndarray], duration_s: float, *, isl: LengthDist | int = 1000,
-                 osl: LengthDist | int = 200, seed: int = 0, name: str = "synthetic") -> RequestTrace:
-    """Inhomogeneous Poisson arrivals with rate ``rate_fn(t)`` over [0, duration) (Lewis-Shedler thinning)."""
-    rng = np.random.default_rng(seed)
-    grid = np.linspace(0.0, duration_s, 4097)
-    peak = float(np.max(rate_fn(grid))) * 1.05 + 1e-12
-    n = rng.poisson(peak * duration_s)
-    cand = np.sort(rng.random(n) * duration_s)
-    keep = rng.random(n) * peak < rate_fn(cand)
-    t = cand[keep]
-    isl_d = isl if isinstance(isl, LengthDist) else LengthDist("fixed", float(isl))
-    osl_d = osl if isinstance(osl, LengthDist) else LengthDist("fixed", float(osl))
-    return RequestTrace(t, isl_d.sample(rng, len(t)), osl_d.sample(rng, len(t)), name, f"seed {seed}")
-
-
-def constant(rate_rps: float, duration_s: float, **kw: object) -> RequestTrace:
-    return from_rate_fn(lambda t: np.full_like(t, rate_rps, dtype=float), duration_s, name="constant", **kw)  # type: ignore[arg-type]
-
-
-def step(rate_before_rps: float, rate_after_rps: float, at_s: float, duration_s: float, **kw: object) -> RequestTrace:
-    return from_rate_fn(lambda t: np.where(t < at_s, rate_before_rps, rate_after_rps), duration_s,
-                        name="step", **kw)  # type: ignore[arg-type]
-
-
-def ramp(rate_start_rps: float, rate_end_rps: float, duration_s: float, **kw: object) -> RequestTrace:
-    return from_rate_fn(lambda t: rate_start_rps + (rate_end_rps - rate_start_rps) * t / duration_s, duration_s,
-                        name="ramp", **kw)  # type: ignore[arg-type]
-
-
-def sinusoid(mean_rps: float, amplitude_rps: float, period_s: float, duration_s: float,
-             **kw: object) -> RequestTrace:
-    return from_rate_fn(lambda t: np.maximum(0.0, mean_rps + amplitude_rps * np.sin(2 * np.pi * t / period_s)),
-                        duration_s, name="sinusoid", **kw)  # type: ignore[arg-type]
-
-
-def spike(base_rps: float, spike_rps: float, at_s: float, width_s: float, duration_s: float,
-          **kw: object) -> RequestTrace:
-    return from_rate_fn(lambda t: np.where((t >= at_s) & (t < at_s + width_s), spike_rps, base_rps), duration_s,
-                        name="spike", **kw)  # type: ignore[arg-type]
-
-
-def on_off(rate_on_rps: float, on_s: float, off_s: float, duration_s: float, **kw: object) -> RequestTrace:
-    return from_rate_fn(lambda t: np.where(np.mod(t, on_s + off_s) < on_s, rate_on_rps, 0.0), duration_s,
-                        name="on_off", **kw)  # type: ignore[arg-type]
-
-
-SYNTHETIC: dict[str, Callable[..., RequestTrace]] = {
-    "constant": constant, "step": step, "ramp": ramp, "sinusoid": sinusoid, "spike": spike, "on_off": on_off,
-}
 
 
 # ---------------------------------------------------------------------------------------------- scaling

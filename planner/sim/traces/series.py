@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import UserError
-from planner.sim.traces.loaders import RequestTrace, load_rate_windows, load_requests, open_data_file
+from planner.sim.traces.loaders import load_rate_windows, load_requests, open_data_file
+from planner.sim.traces.records import RequestTrace
 
 EVAL_FORMATS = ("azure", "mooncake", "servegen", "csv")
 

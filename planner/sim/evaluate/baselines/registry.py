@@ -18,7 +18,7 @@ from planner.sim.evaluate.baselines.reactive import ReactiveController
 from planner.sim.evaluate.baselines.static import StaticController
 from planner.sim.evaluate.clairvoyant import clairvoyant_planner
 from planner.sim.evaluate.offline import OfflineSchedule
-from planner.sim.traces.loaders import RequestTrace
+from planner.sim.traces.records import RequestTrace
 from planner.types import Controller
 
 
