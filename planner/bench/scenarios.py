@@ -7,13 +7,8 @@ at rates that keep the pools at tens of replicas (the policy's ceilings are 16 p
 over a full hour (the Azure traces: all of it) scored after a warm-up. ``quick`` cuts each to a short
 window for CI; everything else is the same.
 
-| scenario | trace | profile |
-|---|---|---|
-| azure-conv | Azure 2023 conversation, x6 (superposed copies) | shipped qwen3-32b on H200 (the example's) |
-| azure-code | Azure 2023 code, x4 | qwen3-32b on H200 selected at the trace's longest prompt (7,437 tokens) |
-| servegen | ServeGen m-large rates, day 1 22:00-23:00, x0.09, conv-like lengths | the example's |
-| long-lognormal | synthetic: prompts lognormal mean 12k, p99 85k tokens | llama-3.1-8b on H200, 128k context |
-| chat-docs | synthetic: 80 % chat (1k) + 20 % documents (lognormal mean 32k) | the same |
+README.md ("Headline benchmark") has the table of the scenarios (trace, rate, profile). Why two of them
+have a profile of their own:
 
 The code profile: at the shipped profile's TP1 prefill a 7,437-token prompt alone takes 1.00 s, so 4.3 % of
 this trace could never meet the example's 1,000 ms TTFT; selected at that prompt the profile prefills on TP2.
