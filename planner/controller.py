@@ -3,7 +3,7 @@
 The simulator, backtests and the live control loop all drive it through ``tick(observation, now_s)``. It
 sits above the pure decision core: it keeps the history and asks a ``LoadForecaster`` for the load ahead.
 ``HistoryForecast`` forecasts it from the history with the policy's model; the backtest's perfect-forecast
-baseline passes one that reads the trace ahead (planner/sim/clairvoyant.py).
+baseline passes one that reads the trace ahead (planner/sim/evaluate/clairvoyant.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from planner.bench import fidelity
 from planner.bench.fidelity_load import SliceSpec, _measured, percentiles, trace_slice
 from planner.errors import UserError
 from planner.profiler.loadgen import StreamResult
-from planner.sim.traces import RequestTrace, load_requests
+from planner.sim.traces.loaders import load_requests
+from planner.sim.traces.records import RequestTrace
 
 REPO = Path(__file__).resolve().parent.parent
 

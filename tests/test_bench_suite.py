@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from planner.bench import scenarios
+from planner.bench.scenarios import default_traces_dir
 from planner.cli import run
-from planner.sim import suite
-from planner.sim.backtest import check_trace
-from planner.sim.cluster import SimConfig
-from planner.sim.suite import default_traces_dir
+from planner.sim.cluster.cluster import SimConfig
+from planner.sim.evaluate.backtest import check_trace
 
 TRACES = default_traces_dir()
 POLICY_FIELDS = {"requests", "attainment_ttft", "attainment_itl", "attainment_joint", "ttft_ms", "itl_ms", "gpu_hours",
@@ -41,8 +41,8 @@ def test_missing_shared_traces_name_the_folder_expected(monkeypatch: pytest.Monk
     from planner.errors import UserError
 
     with pytest.raises(UserError, match=r"^traces: no shared/traces folder beside the repository .*azure-conv"):
-        suite.check_traces(suite.pick(["azure-conv", "long-lognormal"]), None)
-    suite.check_traces(suite.pick(["long-lognormal", "chat-docs"]), None)  # synthetic: no traces needed
+        scenarios.check_traces(scenarios.pick(["azure-conv", "long-lognormal"]), None)
+    scenarios.check_traces(scenarios.pick(["long-lognormal", "chat-docs"]), None)  # synthetic: no traces needed
 
 
 @pytest.mark.parametrize(("mix", "isl_mean", "isl_p99"), [
@@ -50,23 +50,23 @@ def test_missing_shared_traces_name_the_folder_expected(monkeypatch: pytest.Monk
     ("chat-docs", 0.8 * 1_000 + 0.2 * 32_000, None),
 ], ids=["lognormal", "chat-docs"])
 def test_synthetic_lengths_match_what_they_model(mix: str, isl_mean: float, isl_p99: float | None) -> None:
-    tr = suite.synthetic(mix, 0.0, 3600.0)
+    tr = scenarios.synthetic(mix, 0.0, 3600.0)
     assert float(tr.isl.mean()) == pytest.approx(isl_mean, rel=0.05)
     if isl_p99:
         assert float(np.percentile(tr.isl, 99)) == pytest.approx(isl_p99, rel=0.08)
     else:  # every document is >= 4k tokens, ~2 % of chat prompts are
         assert 0.19 <= float(np.mean(tr.isl >= 4000)) <= 0.24
     # the wave's mean rate, plus whatever share of the four 3-minute +60 % bursts falls in the hour
-    assert 1.0 <= len(tr) / 3600.0 / suite.MIX_RATE_RPS[mix] <= 1.15
+    assert 1.0 <= len(tr) / 3600.0 / scenarios.MIX_RATE_RPS[mix] <= 1.15
     per_min = np.bincount((tr.arrival_s // 60).astype(int))
     assert per_min.max() / per_min.mean() > 1.4  # waves and bursts, not a flat rate
 
 
 def test_long_context_profile_takes_every_synthetic_request() -> None:
-    prof = suite.scenario_profile(suite.pick(["long-lognormal"])[0], suite.scenario_policy())
+    prof = scenarios.scenario_profile(scenarios.pick(["long-lognormal"])[0], scenarios.scenario_policy())
     assert prof.model.max_context_tokens == 131072 and prof.selected_tp("prefill") == 8
     for mix in ("lognormal", "chat-docs"):
-        check_trace(suite.synthetic(mix, 0.0, 600.0), prof, SimConfig())  # raises if one does not fit
+        check_trace(scenarios.synthetic(mix, 0.0, 600.0), prof, SimConfig())  # raises if one does not fit
 
 
 def _report(planner: tuple[float, float], perfect: tuple[float, float]) -> dict:
@@ -86,10 +86,10 @@ def test_targets_met_or_missed(planner: tuple[float, float], perfect: tuple[floa
     frontier = {"comparisons": [{"policy": "planner", "other": o, "range": [0.9, 0.999], "above_everywhere": True,
                                  "not_above": [], "neither_reaches_from": None}
                                 for o in ("dynamo-throughput", "dynamo-load")]}
-    got = {t["target"]: t["met"] for t in suite.targets(_report(planner, perfect), frontier)}
+    got = {t["target"]: t["met"] for t in scenarios.targets(_report(planner, perfect), frontier)}
     assert got == {"planner": met[0], "perfect_forecast": met[1], "frontier": True}
     frontier["comparisons"] = frontier["comparisons"][:1]  # one Dynamo mode is not both
-    assert not suite.targets(_report(planner, perfect), frontier)[-1]["met"]
+    assert not scenarios.targets(_report(planner, perfect), frontier)[-1]["met"]
 
 
 POLICIES = ["planner", "static", "reactive", "dynamo-throughput", "dynamo-load", "planner+perfect-forecast",
@@ -124,9 +124,9 @@ def test_quick_suite_on_one_synthetic_scenario_under_another_policy(tmp_path: Pa
     the targets table name it instead of claiming the example as shipped."""
     import yaml
 
-    doc = yaml.safe_load(suite.EXAMPLE_POLICY.read_text())
+    doc = yaml.safe_load(scenarios.EXAMPLE_POLICY.read_text())
     doc["forecast"]["quantile"] = 0.95
-    doc["profile"] = str(suite.REPO / "profiles/h200/qwen3-32b.json")
+    doc["profile"] = str(scenarios.REPO / "profiles/h200/qwen3-32b.json")
     mine = tmp_path / "mine.yaml"
     mine.write_text(yaml.safe_dump(doc))
     out = tmp_path / "suite"
@@ -148,6 +148,6 @@ def test_quick_suite_on_one_synthetic_scenario_under_another_policy(tmp_path: Pa
 def test_quick_suite_end_to_end(tmp_path: Path, capsys) -> None:
     out = tmp_path / "suite"
     assert run(["bench", "suite", "--quick", "--out", str(out)]) == 0
-    doc = _check_suite(out, list(suite.names()), capsys.readouterr().out)
+    doc = _check_suite(out, list(scenarios.names()), capsys.readouterr().out)
     assert doc["command"] == f"planner bench suite --quick --out {out}"
     assert doc["policy"] == "policies/example.yaml"  # the example as shipped, by default

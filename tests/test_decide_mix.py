@@ -12,9 +12,9 @@ from test_decide_support import PROFILE, free_policy, spec
 from planner.decide.capacity import Load, kv_batch_limit, size_decode, size_prefill
 from planner.decide.prefill_mix import miss_share, prefill_mix, queueing_budget
 from planner.decide.queueing import wait_at
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.metrics import prompt_buckets
-from planner.sim.traces import LengthDist, RequestTrace
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.cluster.metrics import prompt_buckets
+from planner.sim.traces.records import LengthDist, RequestTrace
 from planner.types import LengthMix, Reason
 
 MODEL = spec(free_policy()).model

@@ -272,12 +272,12 @@ def test_a_day_on_the_simulator_flat_memory_no_missed_tick() -> None:
     from test_service_loop import policy as sim_policy
 
     from planner.service.decisions import DecisionLog
-    from planner.sim import traces
-    from planner.sim.metrics import SimActuator
+    from planner.sim.cluster.metrics import SimActuator
+    from planner.sim.traces.synthetic import sinusoid
 
     day_s, interval_s = 86_400.0, 30.0
     pol = sim_policy(forecast={"model": "last-value", "history_s": 3600})
-    h = SimHarness(traces.sinusoid(0.2, 0.16, day_s / 2, day_s, isl=1000, osl=200, seed=5), pol)
+    h = SimHarness(sinusoid(0.2, 0.16, day_s / 2, day_s, isl=1000, osl=200, seed=5), pol)
     loop = h.loop(SimActuator(h.cluster), decisions=DecisionLog(keep=240))
     starts: list[float] = []
     sizes: dict[int, int] = {}

@@ -13,7 +13,7 @@ import pytest
 from endpoint_fixtures import EmulatorProcess, analytical_profile, running_requests
 
 from planner.bench.fidelity_background import DecodeBackground
-from planner.sim.traces import RequestTrace
+from planner.sim.traces.records import RequestTrace
 
 
 def _served(url: str) -> tuple[float, float]:

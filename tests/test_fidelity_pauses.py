@@ -15,7 +15,7 @@ from endpoint_fixtures import EmulatorProcess, analytical_profile
 
 from planner.bench.fidelity_load import PAUSE_S, Measured, paused_requests, replay_trace
 from planner.profiler.loadgen import LoopLag, StreamResult
-from planner.sim.traces import RequestTrace
+from planner.sim.traces.records import RequestTrace
 
 
 def stream(sent_s: float, first_s: float | None) -> StreamResult:

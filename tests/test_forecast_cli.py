@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from planner.cli import run
-from planner.sim.series import bin_requests
+from planner.sim.traces.series import bin_requests
 
 
 def write_series(path: Path, values: np.ndarray, step_s: float = 60.0) -> Path:

@@ -11,7 +11,7 @@ from requests_support import DROP, spec_data
 from planner.requests.checks import check
 from planner.requests.spec import ENGINES, OUTPUTS, TRACE_FORMATS, RequestInvalid, parse_spec
 from planner.requests.workload import from_concurrency, steady_load
-from planner.sim.traces import FORMATS
+from planner.sim.traces.loaders import FORMATS
 
 CONV = str(Path(__file__).resolve().parent.parent / "profiles" / "traces" / "azure2023-conv.csv")
 BAD = [  # (overrides, field named, words the message must contain)
@@ -108,7 +108,7 @@ def test_concurrency_is_littles_law_over_the_decode_time() -> None:
 
 
 def test_a_trace_gives_its_mean_lengths_rate_and_busiest_minute() -> None:
-    from planner.sim.traces import load_requests
+    from planner.sim.traces.loaders import load_requests
 
     path = CONV
     spec = parse_spec(spec_data(workload={"trace": {"path": path}}))

@@ -18,9 +18,10 @@ from planner.controller import make_planner_controller
 from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.loop import ControlLoop, TickResult
-from planner.sim import traces
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.metrics import SimActuator, SimMetricSource
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.cluster.metrics import SimActuator, SimMetricSource
+from planner.sim.traces import synthetic
+from planner.sim.traces.records import RequestTrace
 from planner.telemetry import PlannerMetrics
 from planner.testing.actuator import RecordingActuator
 from planner.testing.clock import FakeClock
@@ -44,7 +45,7 @@ def policy(**over: object):  # noqa: ANN201
 class SimHarness:
     """A simulated cluster driven by the loop's clock: waiting advances the simulation."""
 
-    def __init__(self, trace: traces.RequestTrace, pol) -> None:  # noqa: ANN001
+    def __init__(self, trace: RequestTrace, pol) -> None:  # noqa: ANN001
         self.policy = pol
         self.profile = load_profile(PROFILE)
         self.cluster = Cluster(trace, self.profile, SimConfig(startup_s=pol.startup_s), {"prefill": 1, "decode": 1})
@@ -76,8 +77,8 @@ class SimHarness:
         return self.metrics.registry.get_sample_value("planner_errors_total", {"policy": "e2e", "kind": kind}) or 0.0
 
 
-def step_trace() -> traces.RequestTrace:
-    return traces.step(2.0, 30.0, at_s=300.0, duration_s=900.0, isl=2000, osl=300, seed=1)
+def step_trace() -> RequestTrace:
+    return synthetic.step(2.0, 30.0, at_s=300.0, duration_s=900.0, isl=2000, osl=300, seed=1)
 
 
 def test_load_up_scales_up_through_the_sim() -> None:
@@ -109,7 +110,7 @@ class Outage:
 
 def test_missing_metrics_never_scale_down() -> None:
     # High load, then the load stops *and* the metrics vanish: the pools must hold, not shrink to the floor.
-    trace = traces.step(30.0, 0.0, at_s=400.0, duration_s=400.0, isl=2000, osl=300, seed=2)
+    trace = synthetic.step(30.0, 0.0, at_s=400.0, duration_s=400.0, isl=2000, osl=300, seed=2)
     h = SimHarness(trace, policy())
     source = Outage(h.source, lambda t: t >= 420)
     ticks = h.run(h.loop(SimActuator(h.cluster), source=source), until_s=900)

@@ -11,9 +11,9 @@ import yaml
 from planner.cli import run
 from planner.policy_file import load_policy
 from planner.profile import load_profile
-from planner.sim.backtest import direction_changes, run_backtest
-from planner.sim.baselines import ReactiveController, StaticController
-from planner.sim.traces import sinusoid
+from planner.sim.evaluate.backtest import direction_changes, run_backtest
+from planner.sim.evaluate.baselines import ReactiveController, StaticController
+from planner.sim.traces.synthetic import sinusoid
 from planner.types import Observation, PoolObservation
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def test_kill_mode_and_seed_are_recorded(tmp_path: Path, policy_file: Path, trac
 
 
 def _load(path: Path):  # noqa: ANN202
-    from planner.sim.traces import load_requests
+    from planner.sim.traces.loaders import load_requests
 
     return load_requests(path, "csv", columns={"arrival": "t", "isl": "isl", "osl": "osl"})
 
@@ -156,7 +156,7 @@ def test_direction_changes(series: list[int], expected: int) -> None:
 
 
 def test_direction_changes_counts_pools_missing_from_the_first_tick() -> None:
-    from planner.sim.backtest import direction_changes
+    from planner.sim.evaluate.backtest import direction_changes
 
     # the first decision held with no data (no pools); the flips after it must still count
     targets = [(0.0, {}), (30.0, {"prefill": 2}), (60.0, {"prefill": 4}), (90.0, {"prefill": 3}),

@@ -12,14 +12,15 @@ import pytest
 
 from planner.perf.engine import EngineModel
 from planner.profile import Profile, load_profile
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.events import EventQueue
-from planner.sim.fleet import Fleet
-from planner.sim.kv_link import KvTransfers
-from planner.sim.metrics import SimActuator, SimMetricSource
-from planner.sim.replicas import DRAINING, GONE, READY, DecodeReplica, PrefillReplica, Replica
-from planner.sim.request_log import RequestLog
-from planner.sim.traces import RequestTrace, constant
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.cluster.events import EventQueue
+from planner.sim.cluster.fleet import Fleet
+from planner.sim.cluster.kv_link import KvTransfers
+from planner.sim.cluster.metrics import SimActuator, SimMetricSource
+from planner.sim.cluster.replicas import DRAINING, GONE, READY, DecodeReplica, PrefillReplica, Replica
+from planner.sim.cluster.request_log import RequestLog
+from planner.sim.traces.records import RequestTrace
+from planner.sim.traces.synthetic import constant
 from planner.types import NoData, Observation
 
 REPO = Path(__file__).resolve().parent.parent

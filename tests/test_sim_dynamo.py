@@ -12,14 +12,14 @@ import yaml
 from planner.errors import UserError
 from planner.policy_file import load_policy, parse_policy
 from planner.profile import DecodePoint, DecodeSweep, PrefillPoint, PrefillSweep, Profile, load_profile
-from planner.sim.baselines import DynamoLoadController, DynamoThroughputController
-from planner.sim.baselines.dynamo_load import LoadRegression, step_decision
-from planner.sim.baselines.dynamo_perf import dynamo_global_budget
-from planner.sim.baselines.dynamo_predictors import ARIMA_MIN_POINTS, make_predictor
-from planner.sim.baselines.registry import REGISTRY
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.metrics import SimMetricSource
-from planner.sim.traces import ramp, step
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.cluster.metrics import SimMetricSource
+from planner.sim.evaluate.baselines import DynamoLoadController, DynamoThroughputController
+from planner.sim.evaluate.baselines.dynamo_load import LoadRegression, step_decision
+from planner.sim.evaluate.baselines.dynamo_perf import dynamo_global_budget
+from planner.sim.evaluate.baselines.dynamo_predictors import ARIMA_MIN_POINTS, make_predictor
+from planner.sim.evaluate.baselines.registry import REGISTRY
+from planner.sim.traces.synthetic import ramp, step
 from planner.types import Completions, Decision, NoData, NoDataReason, Observation, PoolObservation, Reason
 
 REPO = Path(__file__).resolve().parent.parent
@@ -338,7 +338,7 @@ def test_sim_counts_completed_requests_in_a_ramp() -> None:
 
 # ------------------------------------------------------------------------------------------ end to end
 def test_short_step_backtest_runs_both_with_the_other_baselines(tmp_path: Path) -> None:
-    from planner.sim.backtest import run_backtest
+    from planner.sim.evaluate.backtest import run_backtest
 
     data = yaml.safe_load((REPO / "policies/example.yaml").read_text())
     data["profile"] = str(REAL_PROFILE)
@@ -364,7 +364,7 @@ def test_short_step_backtest_runs_both_with_the_other_baselines(tmp_path: Path) 
 
 
 def test_dynamo_sla_is_an_honestly_labelled_alias() -> None:
-    from planner.sim.baselines.registry import BaselineContext
+    from planner.sim.evaluate.baselines.registry import BaselineContext
 
     pol = _policy()
     prof = _tiny_profile()

@@ -16,8 +16,8 @@ import pytest
 from planner.perf.curves import DecodeCurve, PrefillCurve
 from planner.perf.engine import EngineModel, client_front_end_s
 from planner.profile import Profile, load_profile
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.traces import RequestTrace
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.traces.records import RequestTrace
 from planner.types import Mode
 
 REPO = Path(__file__).resolve().parent.parent

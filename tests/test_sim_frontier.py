@@ -13,11 +13,18 @@ import yaml
 from planner.cli import run
 from planner.policy_file import load_policy
 from planner.profile import load_profile
-from planner.sim.backtest import BacktestResult, run_backtest
-from planner.sim.envelope import compare, cost_at, describe, logit, pareto
-from planner.sim.frontier import SweepJob, frontier_tasks, knobs, offline_seed_quantiles, run_frontier, sweep
-from planner.sim.frontier_report import frontier_markdown, write_frontier
-from planner.sim.traces import sinusoid
+from planner.sim.evaluate.backtest import BacktestResult, run_backtest
+from planner.sim.evaluate.envelope import compare, cost_at, describe, logit, pareto
+from planner.sim.evaluate.frontier import (
+    SweepJob,
+    frontier_tasks,
+    knobs,
+    offline_seed_quantiles,
+    run_frontier,
+    sweep,
+)
+from planner.sim.evaluate.frontier_report import frontier_markdown, write_frontier
+from planner.sim.traces.synthetic import sinusoid
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"
@@ -155,7 +162,7 @@ def test_compare_names_where_the_other_is_cheaper_and_where_this_one_never_reach
     ({"gpu_hours": 11.0, "attainment_joint": 0.99}, False),  # better but dearer
 ], ids=["both", "tie-gpu", "tie-attainment", "equal", "cheaper-worse", "better-dearer"])
 def test_dominance_counts_ties_on_one_axis(point: dict, expected: bool) -> None:
-    from planner.sim.backtest import dominates, yardstick_checks
+    from planner.sim.evaluate.backtest import dominates, yardstick_checks
 
     offline = {"gpu_hours": 10.0, "attainment_joint": 0.95}
     assert dominates(point, offline) is expected
@@ -164,7 +171,7 @@ def test_dominance_counts_ties_on_one_axis(point: dict, expected: bool) -> None:
 
 
 def test_frontier_points_that_beat_the_offline_schedule_are_named() -> None:
-    from planner.sim.frontier import Knob, assemble
+    from planner.sim.evaluate.frontier import Knob, assemble
 
     report = {"references": {"offline": {"gpu_hours": 10.0, "attainment_joint": 0.95},
                              "lower_bound": {"gpu_hours": 4.0}},
@@ -201,8 +208,8 @@ def test_the_offline_search_also_starts_from_the_clairvoyant_planner_with_free_s
     """The planner fed the true load and allowed to give capacity back at once beat the offline schedule on
     both axes on two suite scenarios (2026-12-01), because no seed had started the search that low. It is
     now a seed with a search of its own, so it can never beat the yardstick."""
-    from planner.sim.backtest import dominates, free_clairvoyant_run, score_run
-    from planner.sim.clairvoyant import FREE_NAME, with_free_scale_down
+    from planner.sim.evaluate.backtest import dominates, free_clairvoyant_run, score_run
+    from planner.sim.evaluate.clairvoyant import FREE_NAME, with_free_scale_down
 
     policy = load_policy(policy_file)
     free = with_free_scale_down(policy).behavior.scale_down

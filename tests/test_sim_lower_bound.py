@@ -16,10 +16,17 @@ from planner.config import Policy
 from planner.perf.kv import gbps_to_bytes_per_s
 from planner.policy_file import parse_policy
 from planner.profile import DecodePoint, DecodeSweep, PrefillPoint, PrefillSweep, Profile, load_profile
-from planner.sim.backtest import run_backtest
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.lower_bound import BoundOptions, _affine_minorants, _mixture_min, drop_allowance, lower_bound
-from planner.sim.traces import RequestTrace, constant, sinusoid, spike, step
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.evaluate.backtest import run_backtest
+from planner.sim.evaluate.lower_bound import (
+    BoundOptions,
+    _affine_minorants,
+    _mixture_min,
+    drop_allowance,
+    lower_bound,
+)
+from planner.sim.traces.records import RequestTrace
+from planner.sim.traces.synthetic import constant, sinusoid, spike, step
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"
@@ -180,7 +187,7 @@ def _static_replay(trace: RequestTrace, profile: Profile, policy: Policy, sizes:
        mode=st.sampled_from(["disaggregated", "aggregated"]), seed=st.integers(0, 10**6))
 def test_no_fixed_cluster_that_meets_the_sla_spends_less(rate: float, isl: int, osl: int, prefill: int, decode: int,
                                                          warm: float, mode: str, seed: int) -> None:
-    from planner.sim.traces import LengthDist
+    from planner.sim.traces.records import LengthDist
 
     prof = load_profile(PROFILE)
     tr = constant(rate, 90.0, isl=LengthDist("lognormal", isl, 1.0, maximum=12000),

@@ -13,8 +13,8 @@ from planner.controller import make_planner_controller
 from planner.perf.kv import gbps_to_bytes_per_s
 from planner.policy_file import load_policy
 from planner.profile import load_profile
-from planner.sim.cluster import SimConfig
-from planner.sim.offline import (
+from planner.sim.cluster.cluster import SimConfig
+from planner.sim.evaluate.offline import (
     OfflineJob,
     TargetPlan,
     judge,
@@ -23,9 +23,9 @@ from planner.sim.offline import (
     plan_from_targets,
     trimmed,
 )
-from planner.sim.replay import replay
-from planner.sim.scoring import summarise
-from planner.sim.traces import step
+from planner.sim.evaluate.replay import replay
+from planner.sim.evaluate.scoring import summarise
+from planner.sim.traces.synthetic import step
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = load_profile(REPO / "profiles/h200/qwen3-32b.json")

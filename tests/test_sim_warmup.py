@@ -14,9 +14,10 @@ from planner.decide import DeciderSpec, decide
 from planner.decide.demand import Demand, demand
 from planner.policy_file import parse_policy
 from planner.profile import load_profile
-from planner.sim.backtest import run_backtest
-from planner.sim.clairvoyant import PerfectForecast
-from planner.sim.traces import RequestTrace, constant, step
+from planner.sim.evaluate.backtest import run_backtest
+from planner.sim.evaluate.clairvoyant import PerfectForecast
+from planner.sim.traces.records import RequestTrace
+from planner.sim.traces.synthetic import constant, step
 from planner.types import Forecast, LoadForecast, Pool
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from planner.sim.workers import process_context
+from planner.sim.evaluate.workers import process_context
 
 
 def _parse_in_pool(ctx, wait_s: float) -> time.struct_time:

@@ -40,7 +40,7 @@ from planner.bench.fidelity_load import (
 from planner.bench.fidelity_sim import simulate
 from planner.bench.machine_share import OthersCpu
 from planner.profile import Profile
-from planner.sim.traces import RequestTrace
+from planner.sim.traces.records import RequestTrace
 from planner.types import Mode
 
 MODES = (Mode.AGGREGATED.value, Mode.DISAGGREGATED.value)

@@ -25,7 +25,7 @@ from planner.profiler.loadgen import (
     stream_completion,
 )
 from planner.profiler.prompts import TOKEN_IDS, PromptMaker
-from planner.sim.traces import RequestTrace
+from planner.sim.traces.records import RequestTrace
 
 PROMPT_TOKENS = 64  # the decode server prefills these itself (no KV files for them): a small share of its work
 

@@ -6,7 +6,7 @@ arrival gaps scaled so the mean rate is ``rate_rps``, prompts cut to ``max_isl``
 (the tiny model's context is 4,096 tokens). Every prompt is a fresh list of random token ids, so no request
 hits the prefix cache (or, disaggregated, another request's KV files).
 
-Each request is measured the way the simulator defines its figures (planner/sim/request_log.py): TTFT = first
+Each request is measured the way the simulator defines its figures (planner/sim/cluster/request_log.py): TTFT = first
 token received - request sent (the client's clock, so the API front end is inside it); ITL = the request's
 mean gap, (last token - first token) / (output tokens - 1). Reported beside them, not in the goal, the ITL
 tail: the request's *stall*, its longest gap between two chunks per token the later one carried
@@ -42,7 +42,8 @@ from planner.profiler.loadgen import (
     stream_completion,
 )
 from planner.profiler.prompts import TOKEN_IDS, PromptMaker
-from planner.sim.traces import RequestTrace, load_requests
+from planner.sim.traces.loaders import load_requests
+from planner.sim.traces.records import RequestTrace
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from planner.profile import Profile
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.traces import RequestTrace
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.traces.records import RequestTrace
 from planner.types import Mode
 
 

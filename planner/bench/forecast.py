@@ -14,8 +14,8 @@ from rich.table import Table
 from planner.errors import UserError
 from planner.forecast import heldout, make_forecaster
 from planner.forecast.heldout import EvalCase, Row
-from planner.sim.series import load_eval_series
-from planner.sim.workers import process_context
+from planner.sim.evaluate.workers import process_context
+from planner.sim.traces.series import load_eval_series
 
 DAY_S = 86_400.0
 # The models a tick could run in production (the cheap ones and the statsmodels ones), when none are named.

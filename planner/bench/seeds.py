@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from planner.sim import suite
-from planner.sim.backtest import planner_run, score_run, sim_setup
-from planner.sim.workers import process_context
+from planner.bench import scenarios
+from planner.sim.evaluate.backtest import planner_run, score_run, sim_setup
+from planner.sim.evaluate.workers import process_context
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,11 @@ def _init(policies: dict[str, Path | None], traces: Path | None) -> None:
 
 def _one(task: tuple[str, str, int]) -> Run:
     label, name, seed = task
-    scenario = suite.pick([name])[0]
-    policy = suite.scenario_policy(_POLICIES[label])
-    trace = suite.scenario_trace(scenario, _TRACES, seed=seed)
-    ctx, config = sim_setup(trace, suite.scenario_profile(scenario, policy), policy,
-                            warmup_s=suite.warmup_s(scenario, False))
+    scenario = scenarios.pick([name])[0]
+    policy = scenarios.scenario_policy(_POLICIES[label])
+    trace = scenarios.scenario_trace(scenario, _TRACES, seed=seed)
+    ctx, config = sim_setup(trace, scenarios.scenario_profile(scenario, policy), policy,
+                            warmup_s=scenarios.warmup_s(scenario, False))
     summary, rep = score_run(planner_run(ctx, None, policy), ctx, config)
     scored = [d for d in rep.decisions if d.at_s >= rep.score_from_s]
     cvs = [float(d.detail["rate_cv"]) for d in scored if isinstance(d.detail.get("rate_cv"), float)]
@@ -68,10 +68,10 @@ def _one(task: tuple[str, str, int]) -> Run:
 def run(console: Console, policies: dict[str, Path | None], scenario_names: list[str] | None, seeds: list[int],
         traces: Path | None, workers: int) -> list[Run]:
     """Every (policy, scenario, seed) replayed, over ``workers`` processes, with a progress bar."""
-    chosen = suite.pick(scenario_names)
-    suite.check_traces(chosen, traces)
+    chosen = scenarios.pick(scenario_names)
+    scenarios.check_traces(chosen, traces)
     for path in policies.values():
-        suite.scenario_policy(path)  # a bad file is one line and exit 2 before anything runs
+        scenarios.scenario_policy(path)  # a bad file is one line and exit 2 before anything runs
     tasks = [(label, s.name, seed) for s in chosen for seed in seeds for label in policies]
     _init(policies, traces)
     out: list[Run] = []
@@ -149,12 +149,12 @@ def plot(path: Path, runs: list[Run], sla_share: float) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenarios = list(dict.fromkeys(r.scenario for r in runs))
+    names = list(dict.fromkeys(r.scenario for r in runs))
     policies = list(dict.fromkeys(r.policy for r in runs))
-    cols = min(3, len(scenarios))
-    rows = -(-len(scenarios) // cols)
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
-    for ax, scenario in zip(axes.flat, scenarios, strict=False):
+    for ax, scenario in zip(axes.flat, names, strict=False):
         for i, policy in enumerate(policies):
             mine = [r for r in runs if r.scenario == scenario and r.policy == policy]
             ax.scatter([r.gpu_hours for r in mine], [100 * r.attainment_joint for r in mine], color=f"C{i}",
@@ -167,7 +167,7 @@ def plot(path: Path, runs: list[Run], sla_share: float) -> Path:
         ax.set_xlabel("GPU-hours (scored window)")
         ax.set_ylabel("joint SLA attainment %")
         ax.grid(True, alpha=0.3)
-    for ax in list(axes.flat)[len(scenarios):]:
+    for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=max(1, len(policies)), fontsize=8)

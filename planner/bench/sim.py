@@ -11,10 +11,11 @@ from rich.console import Console
 from planner.errors import UserError
 from planner.policy_file import PolicyFile
 from planner.profile import Profile, load_profile
-from planner.sim.backtest import fluid_initial
-from planner.sim.cluster import Cluster, SimConfig
-from planner.sim.series import minute_counts
-from planner.sim.traces import RequestTrace, load_requests
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.evaluate.backtest import fluid_initial
+from planner.sim.traces.loaders import load_requests
+from planner.sim.traces.records import RequestTrace
+from planner.sim.traces.series import minute_counts
 from planner.types import Mode
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""`planner bench suite`: every scenario of planner/sim/suite.py backtested, with the planner's and Dynamo's
+"""`planner bench suite`: every scenario of planner/bench/scenarios.py backtested, with the planner's and Dynamo's
 frontiers, in one command; one table, suite.json and per-scenario reports.
 
 Work is cut into independent tasks, spread over worker processes (every core): one backtest per
@@ -22,15 +22,23 @@ from typing import Any
 from rich.console import Console
 
 from planner import __version__
+from planner.bench import scenarios
 from planner.policy_file import PolicyFile
 from planner.profile import Profile
-from planner.sim import suite
-from planner.sim.backtest import BacktestResult, run_backtest, sim_setup
-from planner.sim.baselines.registry import DEFAULT_BASELINES
-from planner.sim.frontier import DYNAMO, PLANNER, SweepJob, assemble, knobs, offline_seed_quantiles, run_point
-from planner.sim.reseed import describe, point_name, reseed_offline
-from planner.sim.traces import RequestTrace
-from planner.sim.workers import process_context
+from planner.sim.evaluate.backtest import BacktestResult, run_backtest, sim_setup
+from planner.sim.evaluate.baselines.registry import DEFAULT_BASELINES
+from planner.sim.evaluate.frontier import (
+    DYNAMO,
+    PLANNER,
+    SweepJob,
+    assemble,
+    knobs,
+    offline_seed_quantiles,
+    run_point,
+)
+from planner.sim.evaluate.reseed import describe, point_name, reseed_offline
+from planner.sim.evaluate.workers import process_context
+from planner.sim.traces.records import RequestTrace
 
 FRONTIER_POLICIES = (PLANNER, *DYNAMO)  # the targets compare these; static and reactive: `backtest --frontier`
 OFFLINE_SIMULATIONS = {False: 24, True: 8}  # full, quick
@@ -38,7 +46,7 @@ OFFLINE_SIMULATIONS = {False: 24, True: 8}  # full, quick
 
 @dataclass(frozen=True)
 class Inputs:
-    scenario: suite.Scenario
+    scenario: scenarios.Scenario
     trace: RequestTrace
     profile: Profile
     policy: PolicyFile
@@ -59,13 +67,13 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     all the same)."""
     global _QUICK, _QUEUE
     t0, c0 = time.perf_counter(), time.process_time()
-    chosen = suite.pick(scenario_names)
-    suite.check_traces(chosen, traces_dir)
-    policy = suite.scenario_policy(policy_path)
+    chosen = scenarios.pick(scenario_names)
+    scenarios.check_traces(chosen, traces_dir)
+    policy = scenarios.scenario_policy(policy_path)
     _INPUTS.clear()
     for s in chosen:
-        _INPUTS[s.name] = Inputs(s, suite.scenario_trace(s, traces_dir, quick), suite.scenario_profile(s, policy),
-                                 policy, suite.warmup_s(s, quick))
+        _INPUTS[s.name] = Inputs(s, scenarios.scenario_trace(s, traces_dir, quick), scenarios.scenario_profile(s, policy),
+                                 policy, scenarios.warmup_s(s, quick))
     _QUICK = quick
     tasks = _tasks(quick)
     console.print(f"suite: {len(chosen)} scenarios, {len(tasks)} tasks on {workers} worker processes"
@@ -82,7 +90,7 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
                 bar.finished(task)
     _reseed(console, results, quick, workers)
     wall_s = time.perf_counter() - t0
-    doc = _document(results, quick, command, wall_s, workers, suite.policy_label(policy_path))
+    doc = _document(results, quick, command, wall_s, workers, scenarios.policy_label(policy_path))
     doc["cpu_s"] = _cpu_summary(cpu_s, workers, time.process_time() - c0)
     _write(doc, out)
     return doc
@@ -211,7 +219,7 @@ class _Progress:
 
 def _reseed(console: Console, results: dict[tuple, Any], quick: bool, workers: int) -> None:
     """Where frontier points beat a scenario's offline schedule, the schedule searched again from them
-    (planner/sim/reseed.py); its report in ``results`` is replaced."""
+    (planner/sim/evaluate/reseed.py); its report in ``results`` is replaced."""
     for name, inp in _INPUTS.items():
         report = results[("backtest", name)]
         ks = _frontier_knobs(inp, quick)
@@ -239,7 +247,7 @@ def _frontier_knobs(inp: Inputs, quick: bool) -> dict:
 
 def _document(results: Mapping[tuple, Any], quick: bool, command: str, wall_s: float, workers: int,
               policy: str) -> dict:
-    scenarios: dict[str, dict] = {}
+    by_scenario: dict[str, dict] = {}
     rows: list[dict] = []
     for name, inp in _INPUTS.items():
         report = results[("backtest", name)]
@@ -247,18 +255,18 @@ def _document(results: Mapping[tuple, Any], quick: bool, command: str, wall_s: f
         frontier = assemble(report, _frontier_knobs(inp, quick), points)
         if ("reseeded", name) in results:
             frontier["reseeded_from"] = results[("reseeded", name)]
-        scenarios[name] = {"description": inp.scenario.description, "report": report, "frontier": frontier,
-                           "targets": suite.targets(report, frontier)}
-        rows += suite.entries(inp.scenario, report, quick)
+        by_scenario[name] = {"description": inp.scenario.description, "report": report, "frontier": frontier,
+                           "targets": scenarios.targets(report, frontier)}
+        rows += scenarios.entries(inp.scenario, report, quick)
     return {"command": command, "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "planner_version": __version__, "quick": quick, "wall_s": round(wall_s, 1), "workers": workers,
             "cpu_count": os.cpu_count(), "policy": policy,
-            "entries": rows, "scenarios": scenarios}
+            "entries": rows, "scenarios": by_scenario}
 
 
 def _write(doc: dict, out: Path) -> list[Path]:
-    from planner.sim.frontier_report import frontier_markdown, write_frontier
-    from planner.sim.report import render_markdown
+    from planner.sim.evaluate.frontier_report import frontier_markdown, write_frontier
+    from planner.sim.evaluate.report import render_markdown
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "suite.json"]

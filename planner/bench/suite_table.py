@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from planner.sim.suite import policy_label
+from planner.bench.scenarios import policy_label
 
 TARGET_COLUMNS = (("planner", "planner <= 1.15x"), ("perfect_forecast", "perfect forecast <= 1.05x"),
                   ("frontier", "frontier above Dynamo"))

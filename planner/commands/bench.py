@@ -125,8 +125,8 @@ def bench_suite(
     import os
 
     from planner.bench import suite, suite_table
-    from planner.sim.suite import default_traces_dir
-    from planner.sim.suite import scenario_policy as suite_policy
+    from planner.bench.scenarios import default_traces_dir
+    from planner.bench.scenarios import scenario_policy as suite_policy
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be >= 1")
@@ -160,7 +160,7 @@ def bench_seeds(
     """The planner alone on every suite scenario under several arrival seeds, per policy: whether a policy
     change is a gain or one seed's luck (attainment mean and worst, runs below the SLA, GPU-hours ratio)."""
     from planner.bench import seeds as study
-    from planner.sim.suite import default_traces_dir, scenario_policy
+    from planner.bench.scenarios import default_traces_dir, scenario_policy
 
     if seeds < 1 or seeds > 100:
         raise UserError(f"--seeds: {seeds} must be in 1..100")

@@ -22,7 +22,7 @@ from planner.errors import UserError
 if TYPE_CHECKING:
     from planner.policy_file import PolicyFile
     from planner.profile import Profile
-    from planner.sim.traces import RequestTrace
+    from planner.sim.traces.records import RequestTrace
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
         from planner.commands.args import positive
         from planner.policy_file import load_policy
-        from planner.sim.traces import load_requests
+        from planner.sim.traces.loaders import load_requests
 
         positive("--minutes", minutes)
         positive("--rate-scale", rate_scale)
@@ -94,7 +94,7 @@ def _profile(console: Console, policy: PolicyFile, isl: int, osl: int, out: Path
 def _plan(console: Console, policy: PolicyFile, profile: Profile, tr: RequestTrace, isl: int, osl: int) -> None:
     from planner.commands.render import render_plan
     from planner.decide.whatif import plan
-    from planner.sim.series import minute_counts
+    from planner.sim.traces.series import minute_counts
 
     peak = minute_counts(tr).max()
     for label, rate in (("mean", len(tr) / tr.duration_s), ("peak minute", peak / 60.0)):
@@ -104,9 +104,9 @@ def _plan(console: Console, policy: PolicyFile, profile: Profile, tr: RequestTra
 
 def _backtest(console: Console, tr: RequestTrace, profile: Profile, policy: PolicyFile, base: list[str],
               meta: dict[str, object], out: Path, no_plots: bool, warmup_s: float) -> list[Path]:
-    from planner.sim.backtest import run_backtest
-    from planner.sim.report import write_report
-    from planner.sim.summary_table import render_summary
+    from planner.sim.evaluate.backtest import run_backtest
+    from planner.sim.evaluate.report import write_report
+    from planner.sim.evaluate.summary_table import render_summary
 
     with phase_progress(console) as progress:
         result = run_backtest(tr, profile, policy, baselines=base, progress=progress, trace_meta=meta,

@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rolling-origin evaluation: MASE vs last-value, sMAPE, pinball loss, coverage, latency."""
         from planner.forecast.evaluate import evaluate_series
-        from planner.sim.series import load_eval_series
+        from planner.sim.traces.series import load_eval_series
 
         console = Console()
         _check(step_s, horizon_s, history_s, stride, target)

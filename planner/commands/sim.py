@@ -13,13 +13,13 @@ from rich.console import Console
 from planner.commands.args import parse_columns
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
-from planner.sim.baselines.registry import DEFAULT_BASELINES
-from planner.sim.baselines.registry import names as baseline_names
+from planner.sim.evaluate.baselines.registry import DEFAULT_BASELINES
+from planner.sim.evaluate.baselines.registry import names as baseline_names
 
 if TYPE_CHECKING:
     from planner.policy_file import PolicyFile
-    from planner.sim.backtest import BacktestResult
-    from planner.sim.traces import RequestTrace
+    from planner.sim.evaluate.backtest import BacktestResult
+    from planner.sim.traces.records import RequestTrace
 
 
 DYNAMO_PREDICTOR_HELP = "dynamo-throughput's load predictor: constant | arima | kalman (Dynamo's own default is arima)"
@@ -69,9 +69,9 @@ def backtest_cmd(
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
     from planner.profile import load_profile
-    from planner.sim.backtest import run_backtest
-    from planner.sim.frontier import offline_seed_quantiles
-    from planner.sim.traces import load_requests
+    from planner.sim.evaluate.backtest import run_backtest
+    from planner.sim.evaluate.frontier import offline_seed_quantiles
+    from planner.sim.traces.loaders import load_requests
 
     console = Console()
     pol, prof = _policy(policy, quantile), load_profile(profile)
@@ -142,7 +142,7 @@ def _frontier(console: Console, result: BacktestResult, forecaster: str | None, 
               offline_simulations: int) -> tuple[dict, BacktestResult]:
     """The frontier; when points beat the offline schedule, the schedule searched again from them (the
     result then carries the new reference)."""
-    from planner.sim.reseed import describe, frontier_reseeded
+    from planner.sim.evaluate.reseed import describe, frontier_reseeded
 
     t0 = time.perf_counter()
     before = result.report["references"]["offline"]
@@ -162,12 +162,12 @@ def _frontier(console: Console, result: BacktestResult, forecaster: str | None, 
 
 
 def _render(console: Console, result: BacktestResult, out: Path, no_plots: bool, frontier: dict | None) -> None:
-    from planner.sim.report import render_markdown, write_report
+    from planner.sim.evaluate.report import render_markdown, write_report
 
     paths = write_report(result, out, plots=not no_plots)
     console.print(render_markdown(result.report), markup=False, highlight=False)
     if frontier is not None:
-        from planner.sim.frontier_report import frontier_markdown, write_frontier
+        from planner.sim.evaluate.frontier_report import frontier_markdown, write_frontier
 
         section = frontier_markdown(frontier)
         with (out / "report.md").open("a") as fh:

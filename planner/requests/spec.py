@@ -16,7 +16,7 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Engine = Literal["vllm", "sglang", "trtllm", "dynamo"]
 Output = Literal["deployments", "dynamo-graph", "lws"]
 Actuator = Literal["keda", "hpa", "kubernetes", "dry-run"]
-TraceFormat = Literal["azure", "mooncake", "csv", "jsonl", "servegen"]  # planner.sim.traces.FORMATS (a test checks)
+TraceFormat = Literal["azure", "mooncake", "csv", "jsonl", "servegen"]  # planner.sim.traces.loaders.FORMATS (a test checks)
 ENGINES, OUTPUTS, ACTUATORS, TRACE_FORMATS = (get_args(t) for t in (Engine, Output, Actuator, TraceFormat))
 
 

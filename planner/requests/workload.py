@@ -33,7 +33,7 @@ def from_concurrency(concurrency: int, osl: int, itl_ms: float) -> float:
 
 
 def _from_trace(workload: Workload) -> SteadyLoad:
-    from planner.sim.traces import load_requests
+    from planner.sim.traces.loaders import load_requests
 
     ref = workload.trace
     assert ref is not None

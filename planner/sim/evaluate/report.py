@@ -1,0 +1,166 @@
+"""Backtest report files: report.json (contract), report.md and PNG plots (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.sim.evaluate.backtest import BacktestResult
+
+
+def _fmt(v: object, spec: str = ".3f") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return format(v, spec) if isinstance(v, int | float) else str(v)
+
+
+def render_markdown(report: dict) -> str:
+    t = report["trace"]
+    sla = report["sla"]
+    lines = [
+        "# Backtest report", "",
+        f"Trace: `{t.get('source', '')}`: {t['requests']:,} requests over {t['duration_s'] / 60:.1f} min "
+        f"(mean {t['mean_rate_rps']:.1f} req/s, ISL mean {t['isl_mean']:.0f}, OSL mean {t['osl_mean']:.0f}).",
+        f"Scaling: {t.get('notes') or 'none'}.", "",
+        *([f"Warm-up: the first {t['warmup_s'] / 60:.1f} min run every policy unscored; the table scores the "
+           f"{t['scored_requests']:,} requests after it and the GPU-hours spent after it.", ""]
+          if t.get("warmup_s") else []),
+        f"SLA: TTFT <= {sla['ttft_ms']:g} ms and ITL <= {sla['itl_ms']:g} ms at p{sla['percentile']:g}; "
+        f"met-ITL = {sla['met_itl']}.", "",
+        f"Simulation: {report['sim']['mode']}, start-up {report['sim']['startup_s']:g} s, "
+        f"{'kill' if report['sim']['kill'] else 'drain'} on scale-down, planner = {report['sim']['planner']}.", "",
+        "| policy | attain TTFT | attain ITL | joint | violations | TTFT p50/p95/p99 ms | ITL p50/p95/p99 ms | "
+        "GPU-h | GPU-h / offline | scale events | dir. changes/h | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ref = report.get("references", {})
+    off = ref.get("offline")
+    off_h = off["gpu_hours"] if off else None
+    rows = [*report["policies"].items(), *((("offline schedule (reference)", off),) if off else ())]
+    for name, p in rows:
+        lines.append(_policy_row(name, p, off_h))
+    lines += _references_md(report)
+    lines += ["", "Plots: load.png, replicas.png, latency.png. Per-interval records: timeline.csv.", ""]
+    return "\n".join(lines)
+
+
+def _policy_row(name: str, p: dict, off_h: float | None) -> str:
+    joint = p["attainment_joint"]
+    violations = round(p["requests"] * (1.0 - joint)) if joint is not None else None
+    ratio = p["gpu_hours"] / off_h if off_h else None
+    tt, it = p["ttft_ms"], p["itl_ms"]
+    return (f"| {name} | {_fmt(p['attainment_ttft'], '.2%')} | {_fmt(p['attainment_itl'], '.2%')} | "
+            f"{_fmt(joint, '.2%')} | {_fmt(violations, ',')} | {_fmt(tt['p50'], '.0f')} / {_fmt(tt['p95'], '.0f')} / "
+            f"{_fmt(tt['p99'], '.0f')} | {_fmt(it['p50'], '.1f')} / {_fmt(it['p95'], '.1f')} / {_fmt(it['p99'], '.1f')} | "
+            f"{_fmt(p['gpu_hours'], '.2f')} | {_fmt(ratio, '.2f')} | {p['scale_events']} | "
+            f"{_fmt(p['direction_changes_per_hour'], '.1f')} | {p['failed_requests']} |")
+
+
+def _references_md(report: dict) -> list[str]:
+    ref = report.get("references")
+    if not ref:
+        return []
+    lb, off, checks = ref["lower_bound"], ref["offline"], report.get("checks", {})
+    out = ["", f"**Lower bound** ({lb['gpu_hours']:.2f} GPU-h; no policy can meet the SLA for less): {lb['method']}",
+           f"{lb['infeasible_requests']:,} requests cannot meet the SLA on any number of replicas.", "",
+           f"**Offline schedule** ({off['gpu_hours']:.2f} GPU-h at {off['attainment_joint']:.2%}, seeded from "
+           f"{off['seeded_from']}, {off['simulations']} full simulations): {off['method']}"]
+    if not checks.get("lower_bound_le_offline", True):
+        out += ["", "**BROKEN YARDSTICK: the lower bound is above the offline schedule.**"]
+    if checks.get("policies_dominating_offline"):
+        out += ["", "**BROKEN YARDSTICK: " + ", ".join(checks["policies_dominating_offline"]) + " spend less than "
+                "the offline schedule and attain at least as much.**"]
+    return out
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_plots(result: BacktestResult, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths: list[Path] = []
+    tr = result.trace
+    sla = result.report["sla"]
+    warm_min = float(result.report["trace"].get("warmup_s") or 0.0) / 60.0
+
+    def shade(ax: Any) -> None:
+        if warm_min > 0:
+            ax.axvspan(0.0, warm_min, color="0.9", zorder=0, label="warm-up (not scored)")
+    # load
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    bins = np.arange(0.0, tr.duration_s + 60.0, 60.0)
+    counts, edges = np.histogram(tr.arrival_s, bins=bins)
+    ax.step(edges[:-1] / 60, counts / 60.0, where="post", label="arrivals (req/s, per minute)")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("req/s")
+    ax.set_title("Offered load")
+    shade(ax)
+    ax.legend()
+    paths.append(_save(fig, out / "load.png"))
+    # replicas per pool per policy
+    pools = [k.split(".")[0] for k in next(iter(result.replays.values())).timeline[0] if k.endswith(".ready")]
+    fig, axes = plt.subplots(len(pools), 1, figsize=(10, 3.2 * len(pools)), squeeze=False)
+    for ax, pool in zip(axes[:, 0], pools, strict=True):
+        for name, rep in result.replays.items():
+            t = np.array([row["t_s"] for row in rep.timeline]) / 60
+            n = np.array([row[f"{pool}.starting"] + row[f"{pool}.ready"] for row in rep.timeline])
+            ax.step(t, n, where="post", label=name)
+        ax.set_title(f"{pool}: replicas (starting + ready)")
+        shade(ax)
+        ax.set_xlabel("minutes")
+        ax.legend(fontsize=8)
+    paths.append(_save(fig, out / "replicas.png"))
+    # latency vs SLA
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7))
+    for key, ax, target in (("ttft_ms_p95", axes[0], sla["ttft_ms"]), ("itl_ms_p95", axes[1], sla["itl_ms"])):
+        for name, rep in result.replays.items():
+            t = np.array([row["t_s"] for row in rep.timeline]) / 60
+            v = np.array([row[key] for row in rep.timeline])
+            ax.plot(t, v, label=name, lw=1)
+        ax.axhline(target, color="k", ls="--", lw=1, label="SLA target")
+        shade(ax)
+        ax.set_yscale("log")
+        ax.set_title(f"{key.replace('_', ' ')} over each policy's metrics window (sampled every 30 s) vs SLA")
+        ax.set_xlabel("minutes")
+        ax.legend(fontsize=8)
+    paths.append(_save(fig, out / "latency.png"))
+    return paths
+
+
+def write_timelines(result: BacktestResult, out: Path) -> Path:
+    """timeline.csv: per policy and sample time, replicas by state, GPUs, queue, running, KV usage, latency."""
+    rows = [(name, row) for name, rep in result.replays.items() for row in rep.timeline]
+    keys = list(rows[0][1]) if rows else ["t_s"]
+    path = out / "timeline.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["policy", *keys])
+        for name, row in rows:
+            w.writerow([name, *(f"{row.get(k, math.nan):.6g}" for k in keys)])
+    return path
+
+
+def write_report(result: BacktestResult, out: Path, plots: bool = True) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "report.json", out / "report.md"]
+    paths[0].write_text(json.dumps(result.report, indent=1) + "\n")
+    paths[1].write_text(render_markdown(result.report))
+    paths.append(write_timelines(result, out))
+    if plots:
+        paths += write_plots(result, out)
+    return paths
