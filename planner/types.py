@@ -76,6 +76,10 @@ class PoolObservation:
     ttft_ms_mean: float | None = None
     itl_ms_p50: float | None = None
     itl_ms_p95: float | None = None
+    # The latency at the SLA's own percentile (the policy's ``sla.percentile``; at 95 the p95 above): what
+    # calibration compares with the model's prediction at that percentile.
+    ttft_ms_at_sla: float | None = None
+    itl_ms_at_sla: float | None = None
     itl_ms_mean: float | None = None
     queue: float = 0.0
     running: float = 0.0

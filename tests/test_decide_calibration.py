@@ -18,7 +18,7 @@ RATE, ISL, OSL, READY = 30.0, 1200.0, 220.0, 8
 
 
 def observed(ttft_p95: float, ttft_mean: float, resolved: bool | None) -> Observation:
-    po = replace(pool_obs(RATE, ready=READY, isl=ISL, osl=OSL), ttft_ms_p95=ttft_p95, ttft_ms_mean=ttft_mean,
+    po = replace(pool_obs(RATE, ready=READY, isl=ISL, osl=OSL), ttft_ms_at_sla=ttft_p95, ttft_ms_mean=ttft_mean,
                  ttft_p95_resolved=resolved)
     return Observation(0.0, 60.0, {"prefill": po, "decode": pool_obs(RATE, ready=2, isl=ISL, osl=OSL)})
 
@@ -38,3 +38,17 @@ def test_learns_from_the_mean_when_the_p95_is_unresolved(resolved: bool | None, 
     wrong_p95 = 3.0 * prefill_ttft_ms(SPEC.model, load, READY)
     factors, _ = calibrate(SPEC, observed(wrong_p95, true_mean, resolved), PlannerState(), 0.0)
     assert (abs(factors.ttft - 1.0) > 0.2) is expect_moved, factors
+
+
+def test_a_p99_policy_learns_from_the_p99_not_the_p95() -> None:
+    # A policy at p99 compares the observed p99 with the model's p99. Reading the p95 instead (as the sources
+    # once did) makes a right model look ~0.6x pessimistic and calibrates prefill down.
+    p99 = spec(free_policy(sla={"ttft_ms": 1000, "itl_ms": 40, "percentile": 99}))
+    load = Load(RATE, ISL, OSL)
+    model_p99 = prefill_ttft_ms(p99.model, load, READY)
+    model_p95 = prefill_ttft_ms(SPEC.model, load, READY)
+    assert model_p95 < 0.9 * model_p99
+    po = replace(pool_obs(RATE, ready=READY, isl=ISL, osl=OSL), ttft_ms_p95=model_p95, ttft_ms_at_sla=model_p99)
+    obs = Observation(0.0, 60.0, {"prefill": po, "decode": pool_obs(RATE, ready=2, isl=ISL, osl=OSL)})
+    factors, _ = calibrate(p99, obs, PlannerState(), 0.0)
+    assert factors.ttft == pytest.approx(1.0, abs=0.02)

@@ -71,7 +71,7 @@ def test_decide_is_deterministic_and_state_round_trips(loads, ttft) -> None:
         state = None
         out = []
         for i, rate in enumerate(loads):
-            obs = observation(i * 30.0, rate, ready={"prefill": 4, "decode": 2}, ttft_ms_p95=ttft)
+            obs = observation(i * 30.0, rate, ready={"prefill": 4, "decode": 2}, ttft_ms_at_sla=ttft)
             d, state = decide(spec(pol), obs, load_forecast(rate), state, i * 30.0)
             again = PlannerState.from_dict(json.loads(json.dumps(state.to_dict())))
             assert again == state

@@ -94,11 +94,11 @@ CASES = [
     Case("within-tolerance", free_policy(behavior={"tolerance": 0.2}), observation(0, 50), load_forecast(50),
          {"prefill": (9, {SLA, R.WITHIN_TOLERANCE}), "decode": (2, {SLA})}, state=held(9, 2)),
     # Observed TTFT 3x what the profile predicts at the observed load: factor 2 (bounded), more prefill.
-    Case("calibrated-up", FREE, observation(0, 50, ready={"prefill": 8, "decode": 2}, ttft_ms_p95=2500.0),
+    Case("calibrated-up", FREE, observation(0, 50, ready={"prefill": 8, "decode": 2}, ttft_ms_at_sla=2500.0),
          load_forecast(50), {"prefill": (13, {SLA, R.CALIBRATED_UP}), "decode": (2, {SLA})},
          state=PlannerState(calibration={"ttft": Calibrated(2.0, 0.0, 3)})),
     # Observed ITL half the profile's at the observed batch: bigger batches meet 40 ms, fewer decode replicas.
-    Case("calibrated-down", FREE, observation(0, 200, ready={"prefill": 30, "decode": 6}, itl_ms_p95=10.0,
+    Case("calibrated-down", FREE, observation(0, 200, ready={"prefill": 30, "decode": 6}, itl_ms_at_sla=10.0,
                                               running=1000),
          load_forecast(200), {"prefill": (31, {SLA}), "decode": (3, {SLA, R.CALIBRATED_DOWN})},
          state=PlannerState(calibration={"itl": Calibrated(0.5, 0.0, 3)})),
@@ -141,7 +141,7 @@ def test_negative_forecast_is_treated_as_zero() -> None:
 
 
 def test_calibration_learns_from_the_observed_window() -> None:
-    obs = observation(0, 50, ready={"prefill": 8, "decode": 2}, ttft_ms_p95=5000.0)
+    obs = observation(0, 50, ready={"prefill": 8, "decode": 2}, ttft_ms_at_sla=5000.0)
     _, state = decide(spec(FREE), obs, load_forecast(50), None, 0.0)
     f = state.factor("ttft")
     assert f.samples == 1 and 1.0 < f.factor <= FREE.calibration.max_factor

@@ -191,6 +191,21 @@ def test_metric_source_reports_what_prometheus_would(big: Profile) -> None:
     assert dec.itl_ms_p50 is not None and dec.itl_ms_p50 <= dec.itl_ms_p95  # type: ignore[operator]
     assert pre.ttft_ms_p50 is not None and pre.ttft_ms_p95 >= pre.ttft_ms_p50  # type: ignore[operator]
     assert dec.running > 0
+    # At the default SLA percentile (95) the value at the SLA is the p95 itself.
+    assert (pre.ttft_ms_at_sla, dec.itl_ms_at_sla) == (pre.ttft_ms_p95, dec.itl_ms_p95)
+
+
+def test_metric_source_reads_latency_at_the_policys_percentile(big: Profile) -> None:
+    tr = constant(20.0, 300.0, isl=1000, osl=100, seed=3)
+    runs = {}
+    for pct in (95.0, 99.0):
+        c = Cluster(tr, big, SimConfig(sla_percentile=pct), {"prefill": 2, "decode": 1})
+        c.run_until(200.0)
+        obs = SimMetricSource(c).read(60.0, 200.0)
+        assert isinstance(obs, Observation)
+        runs[pct] = obs.pools["prefill"]
+    assert runs[95.0].ttft_ms_p95 == runs[99.0].ttft_ms_p95  # the fixed p95 does not move
+    assert runs[99.0].ttft_ms_at_sla > runs[95.0].ttft_ms_at_sla  # type: ignore[operator]
 
 
 def test_batched_prefill_pays_the_fixed_cost_once(big: Profile) -> None:

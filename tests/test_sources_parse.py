@@ -30,6 +30,7 @@ def healthy(pool: str = "prefill", **over: float | str | None) -> list[dict]:
         "isl_num": 1000, "isl_den": 10, "osl_num": 500, "osl_den": 10,
         "ttft_sum": 2.0, "ttft_count": 10, "ttft_p50": 0.15, "ttft_p95": 0.4,
         "itl_sum": 9.8, "itl_count": 490, "itl_p50": 0.018, "itl_p95": 0.03, "kv": 0.25,
+        "ttft_sla": 0.45, "itl_sla": 0.032,  # at the policy's percentile (here not 95, to tell them apart)
     }
     vals.update(over)
     return [s(pool, q, v) for q, v in vals.items() if v is not None]
@@ -46,6 +47,7 @@ def test_healthy_pool_is_read_whole() -> None:
     assert (p.requests, p.rate_rps, p.isl_mean, p.osl_mean) == (12, 12 / W, 100, 50)
     assert (p.ttft_ms_p50, p.ttft_ms_p95, p.ttft_ms_mean) == pytest.approx((150, 400, 200))
     assert (p.itl_ms_p50, p.itl_ms_p95, p.itl_ms_mean) == pytest.approx((18, 30, 20))
+    assert (p.ttft_ms_at_sla, p.itl_ms_at_sla) == pytest.approx((450, 32))
     assert (p.queue, p.running, p.kv_usage, p.ready_replicas) == (1, 2, 0.25, 2)
     assert (obs.at_s, obs.window_s) == (NOW, W)
 

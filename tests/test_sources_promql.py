@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from planner.errors import UserError
@@ -16,6 +18,8 @@ from planner.sources.promql import (
     pool_signals,
     window_delta,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 GOOD = [
     ("empty", "", ""),
@@ -69,6 +73,24 @@ def test_signals_per_dialect(name: str) -> None:
     assert sig["fresh"].startswith(f"count(count by ({d.replica_label}) (timestamp(")
     assert sig["ttft_le"] == f'group by (le) (last_over_time({d.ttft_histogram}_bucket{{role="decode"}}[60000ms]))'
     assert sig["itl_le"].startswith("group by (le) (")
+
+
+def test_latency_is_also_read_at_the_policys_percentile() -> None:
+    sig = pool_signals(VLLM, "", 60, 1000.0, 30, 300, sla_quantile=0.99)
+    assert sig["ttft_sla"].startswith("histogram_quantile(0.99, ") and sig["itl_sla"].startswith("histogram_quantile(0.99, ")
+    assert sig["ttft_p95"].startswith("histogram_quantile(0.95, ")  # the p95 stays what its name says
+
+
+def test_the_prometheus_source_asks_for_its_policys_percentile() -> None:
+    from planner.policy_file import load_policy
+    from planner.sources.prometheus import PrometheusSource
+
+    pol = load_policy(REPO / "policies" / "example.yaml")
+    pol = pol.model_copy(update={"sla": pol.sla.model_copy(update={"percentile": 99.0}),
+                                 "metrics": pol.metrics.model_copy(update={"selectors": {
+                                     "prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}})})
+    with PrometheusSource.from_policy(pol, pol.metrics) as src:
+        assert "histogram_quantile(0.99, " in src.query(60.0, 1000.0)
 
 
 def test_one_query_tags_every_signal_with_pool_and_name() -> None:

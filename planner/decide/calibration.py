@@ -99,9 +99,9 @@ def _learn_ttft(spec: DeciderSpec, obs: Observation, isl: float | None, osl: flo
         observed, predicted = finite(po.ttft_ms_mean), prefill_ttft_mean_ms(spec.model, load, ready, mix=mix,
                                                                             aggregated=spec.mode is Mode.AGGREGATED)
     elif spec.mode is Mode.AGGREGATED:
-        observed, predicted = finite(po.ttft_ms_p95), aggregated_latency_ms(spec.model, load, ready, mix=mix)[0]
+        observed, predicted = finite(po.ttft_ms_at_sla), aggregated_latency_ms(spec.model, load, ready, mix=mix)[0]
     else:
-        observed, predicted = finite(po.ttft_ms_p95), prefill_ttft_ms(spec.model, load, ready, mix=mix)
+        observed, predicted = finite(po.ttft_ms_at_sla), prefill_ttft_ms(spec.model, load, ready, mix=mix)
     return update(state.factor("ttft"), observed, predicted, now_s, spec.policy.calibration)
 
 
@@ -123,5 +123,5 @@ def _learn_itl(spec: DeciderSpec, obs: Observation, isl: float | None, osl: floa
     else:
         predicted = spec.model.engine.decode.itl_ms(batch, isl + osl / 2.0).value
     # vLLM's ITL buckets (10, 25, 50 ms) read a p95 near a 40 ms target with ~50 % error; the mean is exact.
-    observed = do.itl_ms_mean if do.itl_p95_resolved is False else do.itl_ms_p95
+    observed = do.itl_ms_mean if do.itl_p95_resolved is False else do.itl_ms_at_sla
     return update(state.factor("itl"), finite(observed), predicted, now_s, spec.policy.calibration)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.sources.dialects import Dialect
-from planner.sources.promql import BOUNDS_SUFFIX, COUNTS_SUFFIX, POOL_LABEL, Q_LABEL, QUANTILES
+from planner.sources.promql import BOUNDS_SUFFIX, COUNTS_SUFFIX, POOL_LABEL, Q_LABEL, QUANTILES, SLA_LABEL
 from planner.sources.resolution import Resolution, bracket
 from planner.types import NoData, NoDataReason, Observation, PoolObservation
 
@@ -134,6 +134,7 @@ def _pool(d: Dialect, pool: str, got: PoolSamples, window_s: float, now_s: float
         osl_mean=need["osl_num"] / need["osl_den"] if need["osl_den"] > 0 else None,
         ttft_ms_p50=lat["ttft_p50"], ttft_ms_p95=lat["ttft_p95"], ttft_ms_mean=lat["ttft_mean"],
         itl_ms_p50=lat["itl_p50"], itl_ms_p95=lat["itl_p95"], itl_ms_mean=lat["itl_mean"],
+        ttft_ms_at_sla=lat[f"ttft_{SLA_LABEL}"], itl_ms_at_sla=lat[f"itl_{SLA_LABEL}"],
         queue=max(0.0, need["queue"]), running=max(0.0, need["running"]), kv_usage=kv,
         ready_replicas=int(vals.get("fresh", 0.0)),
         isl_buckets=per_bucket(got.counts.get("isl", ())),
@@ -177,7 +178,7 @@ def _latencies(d: Dialect, pool: str, vals: Mapping[str, float],
     for name, hist in (("ttft", d.ttft_histogram), ("itl", d.itl_histogram)):
         count = got[f"{name}_count"]
         lat[f"{name}_mean"] = got[f"{name}_sum"] / count * 1e3 if count > 0 else None
-        for label, _ in QUANTILES:
+        for label in (*(label for label, _ in QUANTILES), SLA_LABEL):
             lat[f"{name}_{label}"] = None
             if count > 0:  # with no observation histogram_quantile is NaN by definition: nothing to measure
                 v = _need(vals, pool, f"{name}_{label}", f"histogram_quantile of {hist}_bucket")

@@ -31,10 +31,12 @@ class PrometheusSource:
     def __init__(self, url: str, dialect: Dialect | str, selectors: Mapping[str, str], *,
                  timeout_s: float = 5.0, retries: int = 1, stale_after_s: float = 60.0,
                  lookback_s: float = 300.0, headers: Mapping[str, str] | None = None,
-                 targets_ms: Mapping[str, float] | None = None, auth: PromAuth | None = None) -> None:
+                 targets_ms: Mapping[str, float] | None = None, auth: PromAuth | None = None,
+                 sla_percentile: float = 95.0) -> None:
         """``targets_ms``: SLA targets by signal ({"ttft": ms, "itl": ms}); each pool of a read then reports
         how finely its histogram buckets resolve them (PoolObservation.*_p95_resolved, resolution.py).
-        ``auth``: credentials, TLS and headers (auth.py); ``headers`` are added to its own."""
+        ``auth``: credentials, TLS and headers (auth.py); ``headers`` are added to its own.
+        ``sla_percentile``: the policy's; each pool's TTFT and ITL are also read at it (``*_at_sla``)."""
         import requests
         from prometheus_api_client import PrometheusConnect
         from urllib3.util.retry import Retry
@@ -49,6 +51,9 @@ class PrometheusSource:
         self.timeout_s = timeout_s
         self.stale_after_s = stale_after_s
         self.lookback_s = lookback_s
+        if not 0 < sla_percentile < 100:
+            raise ValueError(f"sla_percentile must be in (0, 100), got {sla_percentile!r}")
+        self.sla_quantile = sla_percentile / 100.0
         self.targets_ms = dict(targets_ms or {})
         unknown = set(self.targets_ms) - {"ttft", "itl"}
         if unknown:
@@ -82,7 +87,7 @@ class PrometheusSource:
         # A signal older than the planner's own staleness budget is stale for the source as well.
         kwargs: dict[str, Any] = {"timeout_s": m.timeout_s, "stale_after_s": m.stale_after_s(policy.interval_s),
                   "targets_ms": {"ttft": policy.sla.ttft_ms, "itl": policy.sla.itl_ms},
-                  "auth": PromAuth.from_metrics(m)}
+                  "auth": PromAuth.from_metrics(m), "sla_percentile": policy.sla.percentile}
         kwargs.update(overrides)
         try:
             return cls(url, m.dialect, selectors, **kwargs)
@@ -93,7 +98,7 @@ class PrometheusSource:
 
     def query(self, window_s: float, now_s: float) -> str:
         return build_read_query(self.dialect, self.selectors, window_s, now_s, self.stale_after_s,
-                                self.lookback_s).promql
+                                self.lookback_s, self.sla_quantile).promql
 
     def read(self, window_s: float, now_s: float) -> Observation | NoData:
         import requests

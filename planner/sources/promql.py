@@ -26,6 +26,7 @@ from planner.sources.dialects import Dialect
 POOL_LABEL = "planner_pool"
 Q_LABEL = "planner_q"
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
+SLA_LABEL = "sla"  # ttft_sla, itl_sla: the quantile at the policy's SLA percentile (calibration reads it)
 BOUNDS_SUFFIX = "_le"  # ttft_le, itl_le: the signals answered with one sample per bucket bound
 COUNTS_SUFFIX = "_buckets"  # isl_buckets: one sample per bucket bound, its value the window's cumulative count
 
@@ -72,8 +73,9 @@ def window_delta(metric: str, sel: str, w: str) -> str:
 
 
 def pool_signals(d: Dialect, sel: str, window_s: float, now_s: float, stale_after_s: float,
-                 lookback_s: float) -> dict[str, str]:
-    """Signal name -> PromQL (each evaluates to at most one sample) for one pool."""
+                 lookback_s: float, sla_quantile: float = 0.95) -> dict[str, str]:
+    """Signal name -> PromQL (each evaluates to at most one sample) for one pool; ``sla_quantile``: the
+    policy's SLA percentile / 100, read besides the fixed p50 and p95."""
     w = duration(window_s)
     out = {
         "newest": f"max(timestamp({d.presence_gauge}{sel}))",
@@ -96,8 +98,8 @@ def pool_signals(d: Dialect, sel: str, window_s: float, now_s: float, stale_afte
         out[f"{name}_sum"] = f"sum({window_delta(hist + '_sum', sel, w)})"
         out[f"{name}_count"] = f"sum({window_delta(hist + '_count', sel, w)})"
         buckets = f"sum by (le) ({window_delta(hist + '_bucket', sel, w)})"
-        for label, q in QUANTILES:
-            out[f"{name}_{label}"] = f"histogram_quantile({q}, {buckets})"
+        for label, q in (*QUANTILES, (SLA_LABEL, sla_quantile)):
+            out[f"{name}_{label}"] = f"histogram_quantile({q:g}, {buckets})"
         # The bucket layout (one sample per upper bound, tagged with its ``le``): how finely the
         # quantiles resolve an SLA target (resolution.py).
         out[f"{name}{BOUNDS_SUFFIX}"] = f"group by (le) (last_over_time({hist}_bucket{sel}[{w}]))"
@@ -110,9 +112,10 @@ def pool_signals(d: Dialect, sel: str, window_s: float, now_s: float, stale_afte
 
 
 def build_read_query(d: Dialect, selectors: Mapping[str, str], window_s: float, now_s: float,
-                     stale_after_s: float, lookback_s: float) -> ReadQuery:
+                     stale_after_s: float, lookback_s: float, sla_quantile: float = 0.95) -> ReadQuery:
     parts = []
     for pool, selector in selectors.items():
-        for q, expr in pool_signals(d, selector, window_s, now_s, stale_after_s, lookback_s).items():
+        for q, expr in pool_signals(d, selector, window_s, now_s, stale_after_s, lookback_s,
+                                    sla_quantile).items():
             parts.append(_tag(expr, pool, q))
     return ReadQuery(" or ".join(parts), tuple(selectors))

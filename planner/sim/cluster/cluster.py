@@ -61,6 +61,9 @@ class SimConfig:
     link_bytes_per_s: float = gbps_to_bytes_per_s(400.0)
     startup_s: float = 120.0
     kill: bool = False
+    # The SLA's percentile (the policy's): the simulated metrics source reports latency at it, as the
+    # Prometheus source does, for calibration.
+    sla_percentile: float = 95.0
     chunk_tokens: int = 8192
     prefill_tp: int | None = None  # None: the profile's selected TP
     decode_tp: int | None = None

@@ -35,21 +35,22 @@ from planner.types import (
 TTFT_LOOKBACK_S = 1800.0
 
 
-def _pcts(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, float, float] | None:
+def _pcts(values: np.ndarray, weights: np.ndarray | None = None,
+          sla_percentile: float = 95.0) -> tuple[float, float, float, float] | None:
+    """(p50, p95, mean, the value at ``sla_percentile``), weighted by ``weights`` when given."""
     if len(values) == 0:
         return None
     if weights is None:
-        p50, p95 = np.percentile(values, [50, 95])
-        return float(p50), float(p95), float(values.mean())
+        p50, p95, at_sla = np.percentile(values, [50, 95, sla_percentile])
+        return float(p50), float(p95), float(values.mean()), float(at_sla)
     order = np.argsort(values)
     v = values[order]
     w = np.cumsum(weights[order])
     total = w[-1]
     if total <= 0:
         return None
-    i50 = min(int(np.searchsorted(w, 0.5 * total)), len(v) - 1)
-    i95 = min(int(np.searchsorted(w, 0.95 * total)), len(v) - 1)
-    return float(v[i50]), float(v[i95]), float(np.dot(values, weights) / weights.sum())
+    i50, i95, i_sla = (min(int(np.searchsorted(w, q * total)), len(v) - 1) for q in (0.5, 0.95, sla_percentile / 100))
+    return float(v[i50]), float(v[i95]), float(np.dot(values, weights) / weights.sum()), float(v[i_sla])
 
 
 # The prompt-length histogram an engine exports (vLLM: 1-2-5 bounds up to its context length, then +inf).
@@ -69,9 +70,11 @@ class SimMetricSource:
     def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
 
-    def latency(self, window_s: float, now_s: float) -> tuple[tuple[float, float, float] | None,
-                                                              tuple[float, float, float] | None]:
-        """(TTFT p50, p95, mean) and (ITL p50, p95, mean) in ms over the window, or None when empty."""
+    def latency(self, window_s: float, now_s: float) -> tuple[tuple[float, float, float, float] | None,
+                                                              tuple[float, float, float, float] | None]:
+        """(TTFT p50, p95, mean, at the SLA percentile) and the same for ITL, in ms over the window, or None
+        when empty."""
+        pct = self.c.config.sla_percentile
         log = self.c.log
         lo_t = now_s - window_s
         lo = bisect_left(log.arrival_s, lo_t - TTFT_LOOKBACK_S)
@@ -80,12 +83,12 @@ class SimMetricSource:
         arr = np.asarray(log.arrival_s[lo:hi], dtype=np.float64)
         with np.errstate(invalid="ignore"):
             mask = (first > lo_t) & (first <= now_s)
-        ttft = _pcts((first[mask] - arr[mask]) * 1e3)
+        ttft = _pcts((first[mask] - arr[mask]) * 1e3, None, pct)
         a = bisect_right(log.token_gaps, (lo_t, math.inf, 0))
         b = bisect_right(log.token_gaps, (now_s, math.inf, 0))
         if b > a:
             seg = np.asarray(log.token_gaps[a:b], dtype=np.float64)
-            itl = _pcts(seg[:, 1] * 1e3, seg[:, 2])
+            itl = _pcts(seg[:, 1] * 1e3, seg[:, 2], pct)
         else:
             itl = None
         return ttft, itl
@@ -133,6 +136,7 @@ class SimMetricSource:
                 ttft_ms_mean=ttft[2] if ttft else None,
                 itl_ms_p50=itl[0] if itl else None, itl_ms_p95=itl[1] if itl else None,
                 itl_ms_mean=itl[2] if itl else None,
+                ttft_ms_at_sla=ttft[3] if ttft else None, itl_ms_at_sla=itl[3] if itl else None,
                 queue=float(g["queue"]), running=float(g["running"]),
                 kv_usage=None if math.isnan(kv) else float(kv), ready_replicas=int(g["ready"]), completed=done,
                 isl_buckets=prompt_buckets(lengths))
