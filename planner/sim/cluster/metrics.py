@@ -93,6 +93,15 @@ class SimMetricSource:
             itl = None
         return ttft, itl
 
+    def first_tokens(self, window_s: float, now_s: float) -> int:
+        """Requests whose first token came in (now - window, now] (how many the window's TTFT is over)."""
+        log = self.c.log
+        lo = bisect_left(log.arrival_s, now_s - window_s - TTFT_LOOKBACK_S)
+        hi = bisect_right(log.arrival_s, now_s)
+        first = np.asarray(log.first_token_s[lo:hi], dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            return int(np.count_nonzero((first > now_s - window_s) & (first <= now_s)))
+
     def completions(self, window_s: float, now_s: float) -> Completions:
         """Requests whose last token came in (now - window, now]; those that waited longer than the look-back
         are not searched for (bounded read cost, as for TTFT)."""

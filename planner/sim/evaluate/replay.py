@@ -3,7 +3,8 @@
 Every ``controller.interval_s`` the loop reads the sim's MetricSource over the policy's metrics window,
 asks the controller for a Decision and applies its targets through the sim's Actuator: exactly what the
 live control loop does against Prometheus and Kubernetes. Every ``sample_s`` it records a timeline row
-(replicas by state, GPUs, queue, KV usage, windowed TTFT/ITL percentiles) for the report's plots.
+(replicas by state, GPUs, queue, KV usage, windowed TTFT/ITL percentiles, and the latency the decision in
+force predicted for its sizes beside the one realised) for the report's plots and the model's bias.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
         t = min(next_tick, next_sample)
         cluster.run_until(t)
         if t == next_sample:
-            timeline.append(_sample(cluster, source, t, sample_s))
+            timeline.append(_sample(cluster, source, t, sample_s, decisions[-1] if decisions else None))
             next_sample += sample_s
         if t == next_tick:
             # A controller that reads nothing (a schedule known in advance) skips the metrics read.
@@ -84,14 +85,27 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
 _UNREAD = NoData(NoDataReason.EMPTY, "not read: the controller follows a schedule", 0.0)
 
 
-def _sample(cluster: Cluster, source: SimMetricSource, t: float, window_s: float) -> dict[str, float]:
+def _sample(cluster: Cluster, source: SimMetricSource, t: float, window_s: float,
+            in_force: Decision | None) -> dict[str, float]:
+    """One timeline row. ``in_force``: the decision whose sizes serve this window (the last tick's); its
+    predicted latency at those sizes (TTFT for prefill, ITL for decode, both for aggregated) sits beside the
+    window's realised latency at the SLA percentile, so the model's bias can be read off (model_bias.py)."""
     row: dict[str, float] = {"t_s": t}
     for pool in cluster.pools:
         g = cluster.gauges(pool)
         for k, v in g.items():
             row[f"{pool}.{k}"] = float(v)
+        pd = in_force.pools.get(pool) if in_force is not None else None
+        ttft_pred, itl_pred = (pd.predicted_ttft_ms, pd.predicted_itl_ms) if pd is not None else (None, None)
+        own = itl_pred if pool == "decode" else ttft_pred
+        row[f"{pool}.predicted_ms"] = math.nan if own is None else float(own)
+        if pool == "aggregated":
+            row[f"{pool}.predicted_itl_ms"] = math.nan if itl_pred is None else float(itl_pred)
     ttft, itl = source.latency(window_s, t)
     row["ttft_ms_p50"], row["ttft_ms_p95"] = (ttft[0], ttft[1]) if ttft else (math.nan, math.nan)
     row["itl_ms_p50"], row["itl_ms_p95"] = (itl[0], itl[1]) if itl else (math.nan, math.nan)
+    row["ttft_ms_at_sla"] = ttft[3] if ttft else math.nan
+    row["itl_ms_at_sla"] = itl[3] if itl else math.nan
+    row["first_tokens"] = float(source.first_tokens(window_s, t))
     row["gpus"] = sum(row[f"{p}.gpus"] for p in cluster.pools)
     return row

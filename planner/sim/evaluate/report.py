@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from planner.sim.evaluate.backtest import BacktestResult
+from planner.sim.evaluate.model_bias import SIGNALS, ratios
 
 
 def _fmt(v: object, spec: str = ".3f") -> str:
@@ -45,7 +46,8 @@ def render_markdown(report: dict) -> str:
     for name, p in rows:
         lines.append(_policy_row(name, p, off_h))
     lines += _references_md(report)
-    lines += ["", "Plots: load.png, replicas.png, latency.png. Per-interval records: timeline.csv.", ""]
+    lines += ["", "Plots: load.png, replicas.png, latency.png, calibration.png (the sizing model's bias). "
+              "Per-interval records: timeline.csv.", ""]
     return "\n".join(lines)
 
 
@@ -139,7 +141,35 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
         ax.set_xlabel("minutes")
         ax.legend(fontsize=8)
     paths.append(_save(fig, out / "latency.png"))
+    calibration = calibration_plot(result)
+    if calibration is not None:
+        paths.append(_save(calibration, out / "calibration.png"))
     return paths
+
+
+def calibration_plot(result: BacktestResult) -> Any:
+    """calibration.png: realised / predicted latency per scored sample for every policy that predicts, one
+    panel per signal; 1 is a model that spends exactly the SLA it sizes for."""
+    import matplotlib.pyplot as plt
+
+    predicting = {name: rep for name, rep in result.replays.items()
+                  if any(len(ratios(rep.timeline, rep.score_from_s, s)) for s, _, _ in SIGNALS)}
+    if not predicting:
+        return None
+    fig, axes = plt.subplots(1, len(SIGNALS), figsize=(11, 3.8), squeeze=False)
+    for ax, (signal, _, _) in zip(axes[0], SIGNALS, strict=True):
+        data = [ratios(rep.timeline, rep.score_from_s, signal) for rep in predicting.values()]
+        shown = [(name, d) for name, d in zip(predicting, data, strict=True) if len(d)]
+        if shown:
+            ax.boxplot([d for _, d in shown], vert=False, showfliers=True, whis=(10, 90))
+            ax.set_yticks(range(1, len(shown) + 1), [f"{n} (median {np.median(d):.2f})" for n, d in shown])
+        ax.axvline(1.0, color="k", ls="--", lw=1, label="realised = predicted")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{signal.upper()} realised / predicted at the SLA percentile (per 30 s sample)")
+        ax.set_title(f"{signal.upper()}: the sizing model's bias")
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.18), fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def write_timelines(result: BacktestResult, out: Path) -> Path:

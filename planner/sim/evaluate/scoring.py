@@ -9,10 +9,12 @@ failed requests (killed, or unfinished ``tail_s`` after the last arrival) miss b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from planner.config import Policy
+from planner.sim.evaluate.model_bias import model_bias
 from planner.sim.evaluate.replay import Replay
 
 MET_ITL = "request mean ITL ((last token - first token) / (OSL - 1)) <= sla.itl_ms"
@@ -71,7 +73,7 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
         events = sum(1 for a, b in zip(seq, seq[1:], strict=False) if a != b)
     else:
         events = int(rep.scale_events)
-    return {
+    out: dict[str, Any] = {
         "requests": int(n),
         "attainment_ttft": round(float(met_ttft.mean()), 5) if n else None,
         "attainment_itl": round(float(met_itl.mean()), 5) if n else None,
@@ -86,5 +88,9 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
         "failed_requests": int(failed.sum()),
         "peak_replicas": peak,
     }
+    bias = model_bias(rep.timeline, rep.score_from_s)
+    if bias is not None:
+        out["model_bias"] = bias
+    return out
 
 
