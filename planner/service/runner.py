@@ -14,7 +14,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from planner.actuators.desired import DesiredStore, DesiredStores
 from planner.actuators.factory import load_api_client, make_actuator, needs_api
@@ -28,6 +28,14 @@ from planner.telemetry import PlannerMetrics
 
 log = logging.getLogger("planner.run")
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """An actuator that holds something the controller must release when it stops (the process actuator:
+    the engines it started). The other kinds hold nothing and have no ``close``."""
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -197,9 +205,9 @@ class Service:
             self.close()
 
     def close(self) -> None:
-        close_actuator = getattr(self.loop.actuator, "close", None)
-        if close_actuator is not None:  # the process actuator stops the engines it started
-            close_actuator()
+        for loop in self.loops:  # every policy's: each process actuator stops the engines it started
+            if isinstance(loop.actuator, Closeable):
+                loop.actuator.close()
         elector = self.loop.elector
         if elector is not None and hasattr(elector, "release"):
             elector.release(self.loop.clock.now_s())
