@@ -6,12 +6,11 @@ import os
 from typing import Any
 
 from planner.actuators.desired import DesiredStore
-from planner.actuators.registry import REGISTRY, ActuatorContext
-from planner.types import Actuator
+from planner.actuators.registry import REGISTRY, ActuatorContext, KindActuator
 
 
 def make_actuator(policy, store: DesiredStore, *, dry_run: bool = False,  # noqa: ANN001 - Policy
-                  api_client: Any = None, **context: Any) -> Actuator:
+                  api_client: Any = None, **context: Any) -> KindActuator:
     """``context``: the optional fields of ``ActuatorContext`` (metrics, may_write, on_conflict,
     request_timeout_s)."""
     kind = REGISTRY["dry-run" if dry_run else policy.actuator.kind]

@@ -1,17 +1,28 @@
 """Actuators by ``actuator.kind``: what the policy schema accepts, and how each is built.
 
-Adding an actuator: write it in its own file under planner/actuators/ (an ``apply(targets) -> Applied`` that
-is idempotent and safe to retry) and add one ``ActuatorKind`` line to ``REGISTRY`` below. Constructors import
-their module when called, so reading this registry (the policy schema does) loads no client library.
+Adding an actuator: write it in its own file under planner/actuators/ (a ``KindActuator``: an
+``apply(targets) -> Applied`` that is idempotent and safe to retry, and a ``read_replicas()`` that says what the
+targets hold) and add one ``ActuatorKind`` line to ``REGISTRY`` below. Constructors import their module when
+called, so reading this registry (the policy schema does) loads no client library.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from planner.types import Actuator
+
+
+class KindActuator(Actuator, Protocol):
+    """What every kind builds: ``apply`` and ``read_replicas`` - what the targets hold, None when the kind
+    cannot tell (the control loop seeds the controller with it and names it by ``replicas_source``)."""
+
+    @property
+    def replicas_source(self) -> str: ...
+
+    def read_replicas(self) -> dict[str, int] | None: ...
 
 
 @dataclass(frozen=True)
@@ -29,12 +40,12 @@ class ActuatorContext:
 class ActuatorKind:
     name: str
     help: str
-    build: Callable[[ActuatorContext], Actuator]
+    build: Callable[[ActuatorContext], KindActuator]
     needs_api: bool = False  # writes the Kubernetes API (credentials needed unless --dry-run)
     publishes: bool = False  # serves desired replicas to KEDA / the HPA (/v1/desired, gRPC, the gauge)
 
 
-def _kubernetes(ctx: ActuatorContext) -> Actuator:
+def _kubernetes(ctx: ActuatorContext) -> KindActuator:
     from planner.actuators.kubernetes import KubernetesScaleActuator
 
     return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, may_write=ctx.may_write,
@@ -51,8 +62,8 @@ def _reader(ctx: ActuatorContext) -> Any:
     return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, request_timeout_s=ctx.request_timeout_s)
 
 
-def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
-    def build(ctx: ActuatorContext) -> Actuator:
+def _publish(kind: str) -> Callable[[ActuatorContext], KindActuator]:
+    def build(ctx: ActuatorContext) -> KindActuator:
         from planner.actuators.desired import PublishActuator
 
         return PublishActuator(ctx.store, kind, reader=_reader(ctx))
@@ -60,13 +71,13 @@ def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
     return build
 
 
-def _process(ctx: ActuatorContext) -> Actuator:
+def _process(ctx: ActuatorContext) -> KindActuator:
     from planner.actuators.process import ProcessActuator
 
     return ProcessActuator.from_policy(ctx.policy, ctx.metrics)
 
 
-def _dry_run(ctx: ActuatorContext) -> Actuator:
+def _dry_run(ctx: ActuatorContext) -> KindActuator:
     from planner.actuators.dry_run import DryRunActuator
 
     return DryRunActuator()

@@ -14,7 +14,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from planner.actuators.desired import DesiredStore, DesiredStores
 from planner.actuators.factory import load_api_client, make_actuator, needs_api
@@ -25,6 +25,9 @@ from planner.service.grpc_thread import GrpcThread
 from planner.service.loop import ControlLoop, source_name
 from planner.service.monitor import MissingSignalMonitor
 from planner.telemetry import PlannerMetrics
+
+if TYPE_CHECKING:
+    from planner.service.leader import LeaseElector
 
 log = logging.getLogger("planner.run")
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -73,7 +76,7 @@ def _load(path: Path) -> tuple[Any, Any]:
     return policy, load_profile(policy.profile)
 
 
-def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -> Any:
+def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -> LeaseElector:
     from planner.service.leader import LeaseElector
 
     namespace = opts.lease_namespace or _own_namespace(policy)
@@ -84,8 +87,14 @@ def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -
 
 def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = None,
                metrics: PlannerMetrics | None = None, policy_path: Path | None = None,
-               elector: Any = None) -> ControlLoop:
+               elector: LeaseElector | None = None) -> ControlLoop:
     """The loop for one policy (``policy_path``, default the first); ``elector`` shared between loops."""
+    return _build_loop(opts, clock, api_client, metrics, policy_path, elector)[0]
+
+
+def _build_loop(opts: RunOptions, clock: Clock | None, api_client: Any, metrics: PlannerMetrics | None,
+                policy_path: Path | None, elector: LeaseElector | None) -> tuple[ControlLoop, LeaseElector | None]:
+    """``build_loop``, with the elector it was given or made (``--leader-elect``) for the next policy to share."""
     from planner.controller import make_planner_controller
     from planner.sources.prometheus import PrometheusSource
 
@@ -113,29 +122,33 @@ def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = N
         from planner.service.events import ScaleEvents
 
         events = ScaleEvents(api_client, targets_from_policy(policy), policy.name,
-                             instance=getattr(elector, "identity", "") or socket.gethostname())
+                             instance=(elector.identity if elector is not None else "") or socket.gethostname())
     loop = ControlLoop(policy, make_planner_controller(policy, profile), source, actuator, metrics, clock,
                        monitor=MissingSignalMonitor.for_policy(policy, metrics, source_name(source)),
-                       store=store, elector=elector, events=events)
-    loop.actuator_kind = "dry-run" if opts.dry_run else policy.actuator.kind
-    loop.profile = profile  # POST /v1/plan sizes with it
-    return loop
+                       store=store, elector=elector, events=events,
+                       actuator_kind="dry-run" if opts.dry_run else policy.actuator.kind, profile=profile)
+    return loop, elector
 
 
 def build_loops(opts: RunOptions, clock: Clock | None = None, api_client: Any = None) -> list[ControlLoop]:
     """One loop per policy, sharing the metrics registry, the clock and (with --leader-elect) one Lease."""
+    return _build_loops(opts, clock, api_client)[0]
+
+
+def _build_loops(opts: RunOptions, clock: Clock | None,
+                 api_client: Any) -> tuple[list[ControlLoop], LeaseElector | None]:
+    """``build_loops``, with the one elector they share (None without ``--leader-elect``)."""
     clock = clock or SystemClock()
     metrics = PlannerMetrics()
     loops: list[ControlLoop] = []
     elector = None
     for path in opts.policy_paths:
-        loop = build_loop(opts, clock, api_client, metrics, path, elector)
+        loop, elector = _build_loop(opts, clock, api_client, metrics, path, elector)
         if any(other.name == loop.name for other in loops):
             raise UserError(f"policy {path}: policy name {loop.name!r} is already run by another policy file; "
                             "names label every metric and must differ", key="policy")
-        elector = elector or loop.elector
         loops.append(loop)
-    return loops
+    return loops, elector
 
 
 def _own_namespace(policy) -> str:  # noqa: ANN001
@@ -157,7 +170,7 @@ class Service:
 
     def __init__(self, opts: RunOptions, api_client: Any = None, clock: Clock | None = None) -> None:
         self.opts = opts
-        self.loops = build_loops(opts, clock=clock, api_client=api_client)
+        self.loops, self.elector = _build_loops(opts, clock, api_client)  # one Lease for all policies, or none
         self.loop = self.loops[0]
         self.stop_event = threading.Event()
         self.http: Any = None
@@ -208,9 +221,8 @@ class Service:
         for loop in self.loops:  # every policy's: each process actuator stops the engines it started
             if isinstance(loop.actuator, Closeable):
                 loop.actuator.close()
-        elector = self.loop.elector
-        if elector is not None and hasattr(elector, "release"):
-            elector.release(self.loop.clock.now_s())
+        if self.elector is not None:
+            self.elector.release(self.loop.clock.now_s())
         if self.grpc is not None:
             self.grpc.stop()
             self.grpc = None
