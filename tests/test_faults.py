@@ -24,7 +24,7 @@ from planner.service.leader import LeaseElector
 from planner.service.loop import ControlLoop, TickResult
 from planner.sources.prometheus import PrometheusSource
 from planner.telemetry import PlannerMetrics
-from planner.testing.actuator import RecordingActuator
+from planner.testing.actuator import RecordingActuator, UnreadableActuator
 from planner.testing.clock import FakeClock
 from planner.testing.ports import free_port
 from planner.types import Observation, PoolObservation, Reason
@@ -278,7 +278,7 @@ def test_a_day_on_the_simulator_flat_memory_no_missed_tick() -> None:
     day_s, interval_s = 86_400.0, 30.0
     pol = sim_policy(forecast={"model": "last-value", "history_s": 3600})
     h = SimHarness(sinusoid(0.2, 0.16, day_s / 2, day_s, isl=1000, osl=200, seed=5), pol)
-    loop = h.loop(SimActuator(h.cluster), decisions=DecisionLog(keep=240))
+    loop = h.loop(UnreadableActuator(SimActuator(h.cluster)), decisions=DecisionLog(keep=240))
     starts: list[float] = []
     sizes: dict[int, int] = {}
     own = [tracemalloc.Filter(True, str(REPO / "planner" / "*")),

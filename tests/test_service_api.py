@@ -53,8 +53,7 @@ def make_loops(clock: FakeClock, keep: int = 100) -> list[ControlLoop]:
         store = DesiredStore(pol.name, pol.pool_names())
         act = PublishActuator(store, "keda") if kind == "keda" else DryRunActuator()
         loop = ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), Steady(rate), act, metrics,
-                           clock, store=store, decisions=DecisionLog(keep))
-        loop.profile = load_profile(PROFILE)  # type: ignore[attr-defined]
+                           clock, store=store, decisions=DecisionLog(keep), profile=load_profile(PROFILE))
         loops.append(loop)
     return loops
 

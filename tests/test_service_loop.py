@@ -15,6 +15,7 @@ from fake_kube import FakeKube
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.controller import make_planner_controller
+from planner.decide import PlannerState
 from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.service.loop import ControlLoop, TickResult
@@ -23,7 +24,7 @@ from planner.sim.cluster.metrics import SimActuator, SimMetricSource
 from planner.sim.traces import synthetic
 from planner.sim.traces.records import RequestTrace
 from planner.telemetry import PlannerMetrics
-from planner.testing.actuator import RecordingActuator
+from planner.testing.actuator import RecordingActuator, UnreadableActuator
 from planner.testing.clock import FakeClock
 from planner.types import Applied, NoData, NoDataReason, Observation, Reason
 
@@ -83,7 +84,7 @@ def step_trace() -> RequestTrace:
 
 def test_load_up_scales_up_through_the_sim() -> None:
     h = SimHarness(step_trace(), policy())
-    ticks = h.run(h.loop(SimActuator(h.cluster)), until_s=840)
+    ticks = h.run(h.loop(UnreadableActuator(SimActuator(h.cluster))), until_s=840)
     # The first tick has less than one metrics window behind it: NoData, and with no history nothing to hold.
     assert ticks[0].decision.targets() == {} and NoData.__name__ == type(ticks[0].observation).__name__
     early = [t.decision.targets() for t in ticks[1:] if t.at_s <= 270]
@@ -113,7 +114,7 @@ def test_missing_metrics_never_scale_down() -> None:
     trace = synthetic.step(30.0, 0.0, at_s=400.0, duration_s=400.0, isl=2000, osl=300, seed=2)
     h = SimHarness(trace, policy())
     source = Outage(h.source, lambda t: t >= 420)
-    ticks = h.run(h.loop(SimActuator(h.cluster), source=source), until_s=900)
+    ticks = h.run(h.loop(UnreadableActuator(SimActuator(h.cluster)), source=source), until_s=900)
     before = next(t for t in reversed(ticks) if t.at_s < 420).decision.targets()
     during = [t for t in ticks if t.at_s >= 420]
     assert before["decode"] > 1
@@ -146,6 +147,7 @@ def test_actuation_errors_are_counted_and_retried() -> None:
 class Boom:
     name, interval_s = "boom", 30.0
     last_forecast = None
+    state = PlannerState()
 
     def tick(self, observation, now_s):  # noqa: ANN001, ANN201
         raise ZeroDivisionError("bug")
@@ -213,7 +215,7 @@ def test_load_up_scales_the_fake_deployments(kube: FakeKube) -> None:
     kube.add_deployment(NS, "dec", 1)
     h = SimHarness(step_trace(), policy())
     k8s = KubernetesScaleActuator.from_policy(h.policy, kube.api_client())
-    ticks = h.run(h.loop(DeploymentController(kube, k8s, SimActuator(h.cluster))), until_s=840)
+    ticks = h.run(h.loop(UnreadableActuator(DeploymentController(kube, k8s, SimActuator(h.cluster)))), until_s=840)
     assert kube.replicas("deployments", NS, "dec") == ticks[-1].decision.targets()["decode"] > 1
     assert kube.replicas("deployments", NS, "pre") == ticks[-1].decision.targets()["prefill"]
     writes = kube.writes()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,10 +12,12 @@ import httpx
 import pytest
 import yaml
 from fake_kube import FakeKube
+from process_fixtures import alive, port_range, wait_until
 
 from planner.actuators.desired import PublishActuator
 from planner.actuators.dry_run import DryRunActuator
 from planner.actuators.kubernetes import KubernetesScaleActuator
+from planner.actuators.process import ProcessActuator
 from planner.errors import UserError
 from planner.service.leader import LeaseElector
 from planner.service.runner import RunOptions, Service, build_loop
@@ -140,3 +143,36 @@ def test_one_writer_per_output_reports_each_scale_up(tmp_path: Path, kube: FakeK
         assert loop.store.get("prefill") == steady.decision.targets()["prefill"]  # type: ignore[union-attr]
     else:
         assert loop.store.get("prefill") is None  # KEDA is not in the loop: it is told nothing
+
+
+def process_policy_file(tmp_path: Path, name: str) -> Path:
+    """A policy with kind ``process`` whose engine is a sleeping Python (started, never ready: a process the
+    actuator owns and must stop)."""
+    data = yaml.safe_load(policy_file(tmp_path, "process").read_text())
+    data["name"] = name
+    data["actuator"] = {"kind": "process", "state_dir": str(tmp_path / name), "drain_s": 1, "stop_grace_s": 1,
+                        "command": [sys.executable, "-c", "import sys, time; time.sleep(300)", "{port}"],
+                        "port_range": list(port_range())}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_closing_the_service_stops_every_policys_engines(tmp_path: Path) -> None:
+    """Every loop's actuator is closed, not only the first one's: with two process policies, the second
+    policy's engines once outlived the controller."""
+    first, second = (process_policy_file(tmp_path, n) for n in ("first", "second"))
+    service = Service(RunOptions(first, more_policies=(second,), grpc_port=0))
+    actuators = [loop.actuator for loop in service.loops]
+    assert len(actuators) == 2 and all(isinstance(a, ProcessActuator) for a in actuators)
+    try:
+        for a in actuators:
+            a.apply({})  # each pool starts at its floor: one engine process per pool, two per policy
+        engines = {a.settings.policy: [r.proc.pid for r in a.replicas if r.proc is not None] for a in actuators}
+        assert all(len(pids) == 2 for pids in engines.values()), engines
+        service.close()
+        assert {a.settings.policy: a.replicas for a in actuators} == {"first": [], "second": []}
+        wait_until(lambda: not any(alive(p) for pids in engines.values() for p in pids), 30, "every engine to end")
+    finally:
+        for a in actuators:
+            a.close(timeout_s=30)  # the test's own cleanup: no engine outlives it whatever the outcome

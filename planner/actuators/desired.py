@@ -66,6 +66,8 @@ class PublishActuator:
         # the targets' /scale: a KubernetesScaleActuator used for ``read_replicas()`` only, never to write.
         self.reader = reader
 
+    replicas_source = "the targets' spec.replicas"  # what KEDA/the HPA set, read through ``reader``
+
     def read_replicas(self) -> dict[str, int] | None:
         """The targets' ``spec.replicas``, or None when the planner cannot read them (no credentials or
         no targets in the policy; the control loop then says so and seeds from the ready replicas)."""

@@ -19,6 +19,8 @@ class DryRunActuator:
         self.history: list[dict[str, int]] = []
         self.logger = logger
 
+    replicas_source = "what it was told the pools hold"
+
     def read_replicas(self) -> dict[str, int] | None:
         """What it was told the pools hold (``initial``), None when told nothing: a dry run reads no cluster."""
         return dict(self.current) if self._known else None

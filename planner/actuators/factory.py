@@ -6,14 +6,13 @@ import os
 from typing import Any
 
 from planner.actuators.desired import DesiredStore
-from planner.actuators.registry import REGISTRY, ActuatorContext
+from planner.actuators.registry import REGISTRY, ActuatorContext, KindActuator
 from planner.actuators.settings import ActuatorSettings
 from planner.config import Policy
-from planner.types import Actuator
 
 
 def make_actuator(policy: Policy, settings: ActuatorSettings, store: DesiredStore, *, dry_run: bool = False,
-                  api_client: Any = None, **context: Any) -> Actuator:
+                  api_client: Any = None, **context: Any) -> KindActuator:
     """``context``: the optional fields of ``ActuatorContext`` (metrics, may_write, on_conflict,
     request_timeout_s, in_flight_gauges)."""
     kind = REGISTRY["dry-run" if dry_run else settings.kind]

@@ -90,6 +90,8 @@ class KubernetesScaleActuator:
                                                            _request_timeout=self.request_timeout_s)
 
     # --------------------------------------------------------------------------------------- actuate
+    replicas_source = "the targets' spec.replicas"  # how the control loop names what read_replicas returns
+
     def read_replicas(self) -> dict[str, int]:
         """``spec.replicas`` of every pool's target: what the cluster holds (seeds a fresh controller)."""
         out: dict[str, int] = {}

@@ -1,20 +1,31 @@
 """Actuators by ``actuator.kind``: what the policy schema accepts, and how each is built.
 
-Adding an actuator: write it in its own file under planner/actuators/ (an ``apply(targets) -> Applied`` that
-is idempotent and safe to retry) and add one ``ActuatorKind`` line to ``REGISTRY`` below; its settings go in
-planner/actuators/settings.py. Constructors import their module when called, so reading this registry (the
-policy file does, to check ``actuator.kind``) loads no client library.
+Adding an actuator: write it in its own file under planner/actuators/ (a ``KindActuator``: an
+``apply(targets) -> Applied`` that is idempotent and safe to retry, and a ``read_replicas()`` that says what the
+targets hold), put its settings in planner/actuators/settings.py, and add one ``ActuatorKind`` line to
+``REGISTRY`` below. Constructors import their module when called, so reading this registry (the policy file
+does, to check ``actuator.kind``) loads no client library.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from planner.actuators.settings import ActuatorSettings
 from planner.config import Policy
 from planner.types import Actuator
+
+
+class KindActuator(Actuator, Protocol):
+    """What every kind builds: ``apply`` and ``read_replicas`` - what the targets hold, None when the kind
+    cannot tell (the control loop seeds the controller with it and names it by ``replicas_source``)."""
+
+    @property
+    def replicas_source(self) -> str: ...
+
+    def read_replicas(self) -> dict[str, int] | None: ...
 
 
 @dataclass(frozen=True)
@@ -35,12 +46,12 @@ class ActuatorContext:
 class ActuatorKind:
     name: str
     help: str
-    build: Callable[[ActuatorContext], Actuator]
+    build: Callable[[ActuatorContext], KindActuator]
     needs_api: bool = False  # writes the Kubernetes API (credentials needed unless --dry-run)
     publishes: bool = False  # serves desired replicas to KEDA / the HPA (/v1/desired, gRPC, the gauge)
 
 
-def _kubernetes(ctx: ActuatorContext) -> Actuator:
+def _kubernetes(ctx: ActuatorContext) -> KindActuator:
     from planner.actuators.kubernetes import KubernetesScaleActuator
 
     return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, ctx.settings.kind,
@@ -59,8 +70,8 @@ def _reader(ctx: ActuatorContext) -> Any:
                                                request_timeout_s=ctx.request_timeout_s)
 
 
-def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
-    def build(ctx: ActuatorContext) -> Actuator:
+def _publish(kind: str) -> Callable[[ActuatorContext], KindActuator]:
+    def build(ctx: ActuatorContext) -> KindActuator:
         from planner.actuators.desired import PublishActuator
 
         return PublishActuator(ctx.store, kind, reader=_reader(ctx))
@@ -68,13 +79,13 @@ def _publish(kind: str) -> Callable[[ActuatorContext], Actuator]:
     return build
 
 
-def _process(ctx: ActuatorContext) -> Actuator:
+def _process(ctx: ActuatorContext) -> KindActuator:
     from planner.actuators.process import ProcessActuator
 
     return ProcessActuator.from_policy(ctx.policy, ctx.settings, ctx.in_flight_gauges, ctx.metrics)
 
 
-def _dry_run(ctx: ActuatorContext) -> Actuator:
+def _dry_run(ctx: ActuatorContext) -> KindActuator:
     from planner.actuators.dry_run import DryRunActuator
 
     return DryRunActuator()

@@ -158,7 +158,7 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
         from planner.types import Reason
 
         loop = pick(body.policy)
-        profile = getattr(loop, "profile", None) or _profile(loop.policy)
+        profile = loop.profile or _profile(loop.policy)
         decision = what_if(loop.policy, profile, body.rate_rps, body.isl_tokens, body.osl_tokens)
         return {"policy": loop.name, "feasible": Reason.SLA_INFEASIBLE not in decision.reasons,
                 "decision": decision_json(decision)}

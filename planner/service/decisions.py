@@ -35,8 +35,9 @@ def forecast_json(forecast: LoadForecast | None) -> dict[str, Any] | None:
     if forecast is None:
         return None
     out: dict[str, Any] = {}
-    for name in ("rate_rps", "isl_tokens", "osl_tokens", "prefill_tokens_per_s", "decode_tokens_per_s"):
-        f = getattr(forecast, name)
+    series = {"rate_rps": forecast.rate_rps, "isl_tokens": forecast.isl_tokens, "osl_tokens": forecast.osl_tokens,
+              "prefill_tokens_per_s": forecast.prefill_tokens_per_s, "decode_tokens_per_s": forecast.decode_tokens_per_s}
+    for name, f in series.items():
         if f is not None:
             out[name] = {"mean": _num(f.mean), "ok": f.ok, "model": f.model, "horizon_s": f.horizon_s,
                          "quantiles": {f"{q:g}": _num(v) for q, v in f.quantiles.items()}}

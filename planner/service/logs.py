@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 FORMATS = ("text", "json")
 TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -20,11 +21,11 @@ QUIET = ("urllib3.connectionpool", "urllib3.util.retry", "kubernetes.client.rest
 PER_REQUEST = ("httpx",)
 
 
-def setup_logging(level: int, fmt: str = "text", stream: object = None) -> logging.Handler:
+def setup_logging(level: int, fmt: str = "text", stream: TextIO | None = None) -> logging.Handler:
     """Configure the root logger; returns the handler installed (tests read what it writes)."""
     if fmt not in FORMATS:
         raise ValueError(f"log format {fmt!r}; allowed: {', '.join(FORMATS)}")
-    handler = logging.StreamHandler(stream or sys.stderr)  # type: ignore[arg-type]
+    handler = logging.StreamHandler(stream or sys.stderr)
     if fmt == "json":
         from pythonjsonlogger.json import JsonFormatter
 

@@ -20,6 +20,10 @@ tick. An actuator that cannot read the cluster (None) is seeded from the first o
 replicas instead, and the loop says so once; one whose read fails (kind ``seed``) applies nothing until a
 read succeeds.
 
+Every part is passed to the constructor, typed by a protocol below that names what the loop asks of it
+(a ``SeedableController``, a ``ReadableActuator``, an ``Elector`` that reports its problem): nothing is
+looked up on a part at run time and nothing is set on the loop after it is built.
+
 With leader election a standby keeps reading and keeps the controller's history warm, but neither
 publishes nor actuates. A Lease that cannot be taken (403, unreachable) is counted each tick (kind
 ``leader``) and fails readiness; ``planner_leader`` says who acts.
@@ -32,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from planner.actuators.desired import DesiredStore
 from planner.actuators.errors import LeadershipLost
@@ -51,18 +55,49 @@ from planner.telemetry import (
 from planner.types import (
     Actuator,
     Applied,
-    Controller,
     Decision,
+    LoadForecast,
     MetricSource,
     NoData,
     NoDataReason,
     Observation,
 )
 
+if TYPE_CHECKING:
+    from planner.decide.state import PlannerState
+    from planner.policy_file import PolicyFile
+    from planner.profile import Profile
+
 log = logging.getLogger("planner.loop")
 
 
-class Elector(Protocol):  # the slice of service.leader.LeaseElector the loop uses
+class SeedableController(Protocol):
+    """controller.PlannerController as the loop drives it: a decision per tick with the load forecast behind
+    it (None when it made none; the decision log and telemetry show it), and a decision state the loop seeds
+    with what the targets hold before the first decision it acts on."""
+
+    state: PlannerState
+
+    @property
+    def last_forecast(self) -> LoadForecast | None: ...
+
+    def tick(self, observation: Observation | NoData, now_s: float) -> Decision: ...
+
+
+class ReadableActuator(Actuator, Protocol):
+    """An actuator that can say what the targets hold (None: it cannot tell; the loop then seeds from the
+    ready replicas the metrics show), named in the seeding log line by ``replicas_source``."""
+
+    @property
+    def replicas_source(self) -> str: ...  # e.g. "the targets' spec.replicas"
+
+    def read_replicas(self) -> dict[str, int] | None: ...
+
+
+class Elector(Protocol):  # service.leader.LeaseElector as the loop uses it
+    @property
+    def problem(self) -> str | None: ...  # why the Lease cannot be taken or renewed (403, unreachable), or None
+
     def step(self, now_s: float) -> bool: ...
 
 
@@ -82,11 +117,15 @@ class TickResult:
 
 
 class ControlLoop:
-    def __init__(self, policy, controller: Controller, source: MetricSource, actuator: Actuator,  # noqa: ANN001
-                 metrics: PlannerMetrics, clock: Clock, *, monitor: MissingSignalMonitor | None = None,
-                 store: DesiredStore | None = None, elector: Elector | None = None,
-                 events: EventRecorder | None = None, decisions: DecisionLog | None = None,
-                 logger: logging.Logger = log) -> None:
+    def __init__(self, policy: PolicyFile, controller: SeedableController, source: MetricSource,
+                 actuator: ReadableActuator, metrics: PlannerMetrics, clock: Clock, *,
+                 monitor: MissingSignalMonitor | None = None, store: DesiredStore | None = None,
+                 elector: Elector | None = None, events: EventRecorder | None = None,
+                 decisions: DecisionLog | None = None, actuator_kind: str | None = None,
+                 profile: Profile | None = None, logger: logging.Logger = log) -> None:
+        """``actuator_kind``: what /v1/policies and KEDA's desired-replicas answer name (default the policy's
+        ``actuator.kind``; ``planner run --dry-run`` passes "dry-run"); ``profile``: the policy's profile, which
+        POST /v1/plan sizes with (None: loaded from ``policy.profile`` when asked)."""
         self.policy = policy
         self.name = policy.name
         self.interval_s = float(policy.interval_s)
@@ -102,16 +141,14 @@ class ControlLoop:
         self.events = events
         self.decisions = decisions if decisions is not None else DecisionLog()
         self.logger = logger
-        self.actuator_kind: str = policy.actuator.kind  # what answers KEDA (runner: "dry-run" under --dry-run)
+        self.actuator_kind = actuator_kind or policy.actuator.kind
+        self.profile = profile
         self.ticks = 0
         self._read_s: float | None = None
         self._seeded = False  # the controller's state reflects what the targets hold (re-done on takeover)
         self._said_unseedable = False
         self.last: TickResult | None = None
-        self.profile: object | None = None  # the policy's profile, for what-ifs (POST /v1/plan); set by the runner
-        sla = getattr(policy, "sla", None)
-        if sla is not None:
-            record_sla(metrics, self.name, sla.ttft_ms, sla.itl_ms, sla.percentile)
+        record_sla(metrics, self.name, policy.sla.ttft_ms, policy.sla.itl_ms, policy.sla.percentile)
 
     # ------------------------------------------------------------------------------------------ one tick
     def tick(self) -> TickResult:
@@ -130,7 +167,7 @@ class ControlLoop:
         self.last = result
         if result.decision is not None or result.error:
             self.decisions.append(tick_record(self.name, result.at_s, result.leader, result.observation,
-                                              result.decision, getattr(self.controller, "last_forecast", None),
+                                              result.decision, self.controller.last_forecast,
                                               result.applied, result.error))
         return result
 
@@ -147,7 +184,7 @@ class ControlLoop:
         if self.elector is None:
             return True
         leader = self.elector.step(now_s)
-        problem = getattr(self.elector, "problem", None)
+        problem = self.elector.problem
         self.metrics.leader.labels(policy=self.name).set(1 if leader else 0)
         self.monitor.set_problem("lease", problem)
         if problem is not None:
@@ -158,17 +195,16 @@ class ControlLoop:
 
     def _seed(self, observation: Observation | NoData, now_s: float) -> str | None:
         """Seed the controller from what the targets hold; returns an error to hold on, None when done."""
-        if self._seeded or not hasattr(self.controller, "state"):
+        if self._seeded:
             return None
-        read = getattr(self.actuator, "read_replicas", None)
         try:
-            replicas = read() if read is not None else None
+            replicas = self.actuator.read_replicas()
         except Exception as exc:  # noqa: BLE001 - no write before we know what is there
             record_error(self.metrics, self.name, "seed")
             self.logger.warning("policy %s: cannot read the targets' replicas, applying nothing until it can: %s",
                                 self.name, exc)
             return f"seed: {exc}"
-        source = getattr(self.actuator, "replicas_source", "the targets' spec.replicas")
+        source = self.actuator.replicas_source
         if replicas is None:
             if not self._said_unseedable:
                 self.logger.warning("policy %s: actuator %s cannot read the targets' spec.replicas (no "
@@ -181,7 +217,7 @@ class ControlLoop:
             replicas = ready_replicas(observation, tuple(self.policy.pool_names()))
             source = "the ready replicas"
         if replicas:
-            self.controller.state = seeded_state(self.controller.state, replicas, now_s)  # type: ignore[attr-defined]
+            self.controller.state = seeded_state(self.controller.state, replicas, now_s)
             self.logger.info("policy %s: seeded from %s: %s", self.name, source,
                              ", ".join(f"{p}={n}" for p, n in replicas.items()))
         self._seeded = True
@@ -200,11 +236,10 @@ class ControlLoop:
             self.logger.exception("policy %s: decide failed; holding", self.name)
             return TickResult(now_s, observation, leader=leader, error=f"decide: {exc}")
         if not leader or held:
-            problem = getattr(self.elector, "problem", None)
+            problem = self.elector.problem if self.elector is not None else None
             return TickResult(now_s, observation, decision, leader=leader,
                               error=held or (f"leader: {problem}" if problem else None))
-        record_decision(self.metrics, self.name, decision, getattr(self.controller, "last_forecast", None),
-                        observation)
+        record_decision(self.metrics, self.name, decision, self.controller.last_forecast, observation)
         return self._apply(decision, observation, now_s)
 
     def _apply(self, decision: Decision, observation: Observation | NoData, now_s: float) -> TickResult:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from planner.policy_file import PolicyFile
 from planner.signals import (
     SignalStatus,
     SignalTracker,
@@ -42,7 +43,7 @@ class MissingSignalMonitor:
         self.problems: dict[str, str] = {}
 
     @classmethod
-    def for_policy(cls, policy, metrics: PlannerMetrics, source_name: str = "metrics source",  # noqa: ANN001
+    def for_policy(cls, policy: PolicyFile, metrics: PlannerMetrics, source_name: str = "metrics source",
                    ) -> MissingSignalMonitor:
         return cls(policy.name, policy.pool_names(), policy.interval_s, policy.metrics.stale_after_intervals,
                    metrics, source_name=source_name)

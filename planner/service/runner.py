@@ -14,7 +14,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from planner.actuators.desired import DesiredStore, DesiredStores
 from planner.actuators.factory import load_api_client, make_actuator, needs_api
@@ -26,8 +26,20 @@ from planner.service.loop import ControlLoop, source_name
 from planner.service.monitor import MissingSignalMonitor
 from planner.telemetry import PlannerMetrics
 
+if TYPE_CHECKING:
+    from planner.config import Policy
+    from planner.service.leader import LeaseElector
+
 log = logging.getLogger("planner.run")
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """An actuator that holds something the controller must release when it stops (the process actuator:
+    the engines it started). The other kinds hold nothing and have no ``close``."""
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,7 @@ def _load(path: Path) -> tuple[Any, Any]:
     return policy, load_profile(policy.profile)
 
 
-def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -> Any:
+def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -> LeaseElector:
     from planner.service.leader import LeaseElector
 
     namespace = opts.lease_namespace or _own_namespace(policy)
@@ -76,8 +88,14 @@ def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -
 
 def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = None,
                metrics: PlannerMetrics | None = None, policy_path: Path | None = None,
-               elector: Any = None) -> ControlLoop:
+               elector: LeaseElector | None = None) -> ControlLoop:
     """The loop for one policy (``policy_path``, default the first); ``elector`` shared between loops."""
+    return _build_loop(opts, clock, api_client, metrics, policy_path, elector)[0]
+
+
+def _build_loop(opts: RunOptions, clock: Clock | None, api_client: Any, metrics: PlannerMetrics | None,
+                policy_path: Path | None, elector: LeaseElector | None) -> tuple[ControlLoop, LeaseElector | None]:
+    """``build_loop``, with the elector it was given or made (``--leader-elect``) for the next policy to share."""
     from planner.controller import make_planner_controller
     from planner.sources.dialects import get_dialect
     from planner.sources.prometheus import PrometheusSource
@@ -107,36 +125,40 @@ def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = N
         from planner.service.events import ScaleEvents
 
         events = ScaleEvents(api_client, targets_from_policy(policy, policy.actuator.kind), policy.name,
-                             instance=getattr(elector, "identity", "") or socket.gethostname())
+                             instance=(elector.identity if elector is not None else "") or socket.gethostname())
     loop = ControlLoop(policy, make_planner_controller(policy, profile), source, actuator, metrics, clock,
                        monitor=MissingSignalMonitor.for_policy(policy, metrics, source_name(source)),
-                       store=store, elector=elector, events=events)
-    loop.actuator_kind = "dry-run" if opts.dry_run else policy.actuator.kind
-    loop.profile = profile  # POST /v1/plan sizes with it
-    return loop
+                       store=store, elector=elector, events=events,
+                       actuator_kind="dry-run" if opts.dry_run else policy.actuator.kind, profile=profile)
+    return loop, elector
 
 
 def build_loops(opts: RunOptions, clock: Clock | None = None, api_client: Any = None) -> list[ControlLoop]:
     """One loop per policy, sharing the metrics registry, the clock and (with --leader-elect) one Lease."""
+    return _build_loops(opts, clock, api_client)[0]
+
+
+def _build_loops(opts: RunOptions, clock: Clock | None,
+                 api_client: Any) -> tuple[list[ControlLoop], LeaseElector | None]:
+    """``build_loops``, with the one elector they share (None without ``--leader-elect``)."""
     clock = clock or SystemClock()
     metrics = PlannerMetrics()
     loops: list[ControlLoop] = []
     elector = None
     for path in opts.policy_paths:
-        loop = build_loop(opts, clock, api_client, metrics, path, elector)
+        loop, elector = _build_loop(opts, clock, api_client, metrics, path, elector)
         if any(other.name == loop.name for other in loops):
             raise UserError(f"policy {path}: policy name {loop.name!r} is already run by another policy file; "
                             "names label every metric and must differ", key="policy")
-        elector = elector or loop.elector
         loops.append(loop)
-    return loops
+    return loops, elector
 
 
-def _own_namespace(policy) -> str:  # noqa: ANN001
+def _own_namespace(policy: Policy) -> str:
     if SA_NAMESPACE.exists():
         return SA_NAMESPACE.read_text().strip()
-    return os.environ.get("POD_NAMESPACE") or next(
-        (policy.pool(p).target.namespace for p in policy.pool_names() if policy.pool(p).target), "default")
+    targets = [t for t in (policy.pool(p).target for p in policy.pool_names()) if t is not None]
+    return os.environ.get("POD_NAMESPACE") or (targets[0].namespace if targets else "default")
 
 
 def create_service_app(loop_or_loops: ControlLoop | list[ControlLoop], token: str | None = None) -> Any:
@@ -151,7 +173,7 @@ class Service:
 
     def __init__(self, opts: RunOptions, api_client: Any = None, clock: Clock | None = None) -> None:
         self.opts = opts
-        self.loops = build_loops(opts, clock=clock, api_client=api_client)
+        self.loops, self.elector = _build_loops(opts, clock, api_client)  # one Lease for all policies, or none
         self.loop = self.loops[0]
         self.stop_event = threading.Event()
         self.http: Any = None
@@ -199,12 +221,11 @@ class Service:
             self.close()
 
     def close(self) -> None:
-        close_actuator = getattr(self.loop.actuator, "close", None)
-        if close_actuator is not None:  # the process actuator stops the engines it started
-            close_actuator()
-        elector = self.loop.elector
-        if elector is not None and hasattr(elector, "release"):
-            elector.release(self.loop.clock.now_s())
+        for loop in self.loops:  # every policy's: each process actuator stops the engines it started
+            if isinstance(loop.actuator, Closeable):
+                loop.actuator.close()
+        if self.elector is not None:
+            self.elector.release(self.loop.clock.now_s())
         if self.grpc is not None:
             self.grpc.stop()
             self.grpc = None

@@ -1,18 +1,20 @@
-"""RecordingActuator: the test twin of every actuator (records calls, can fail on demand)."""
+"""RecordingActuator: the test twin of every actuator (records calls, can fail on demand); UnreadableActuator:
+an actuator that cannot say what the targets hold (the simulator's), as the control loop takes it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from planner.service.loop import ReadableActuator
 from planner.types import Actuator, Applied
 
 
-class RecordingActuator:
+class RecordingActuator(ReadableActuator):  # subclassed so that mypy holds it to the protocol
     """Holds replica counts per pool like a tiny cluster; ``fail_next`` makes the next N applies raise.
 
-    With ``inner`` it records and then hands every apply on (a real actuator observed by a test)."""
+    With ``inner`` it records and then hands every apply and read on (a real actuator observed by a test)."""
 
-    def __init__(self, initial: Mapping[str, int] | None = None, inner: Actuator | None = None) -> None:
+    def __init__(self, initial: Mapping[str, int] | None = None, inner: ReadableActuator | None = None) -> None:
         self.inner = inner
         self.current: dict[str, int] = dict(initial or {})
         self.calls: list[dict[str, int]] = []
@@ -20,12 +22,15 @@ class RecordingActuator:
         self.fail_next = 0
         self.error: Exception = RuntimeError("injected actuation failure")
 
+    @property
+    def replicas_source(self) -> str:
+        return self.inner.replicas_source if self.inner is not None else "the targets' spec.replicas"
+
     def read_replicas(self) -> dict[str, int] | None:
         """What the pools hold (``current``), None when it was given nothing: the loop then seeds from the
         observation, as with an actuator that cannot read the cluster."""
         if self.inner is not None:
-            read = getattr(self.inner, "read_replicas", None)
-            return read() if read is not None else None
+            return self.inner.read_replicas()
         return dict(self.current) if self.current else None
 
     def apply(self, targets: Mapping[str, int]) -> Applied:
@@ -41,3 +46,19 @@ class RecordingActuator:
             self.writes.append(moved)
         self.current.update(targets)
         return Applied(before=before, after=dict(targets), changed=bool(moved))
+
+
+class UnreadableActuator(ReadableActuator):
+    """``inner`` (an actuator that only applies, such as planner.sim.metrics.SimActuator) as one that cannot
+    read what the targets hold: the loop seeds the controller from the ready replicas the metrics show."""
+
+    replicas_source = "nothing: it cannot read the targets"  # never logged: read_replicas is always None
+
+    def __init__(self, inner: Actuator) -> None:
+        self.inner = inner
+
+    def read_replicas(self) -> None:
+        return None
+
+    def apply(self, targets: Mapping[str, int]) -> Applied:
+        return self.inner.apply(targets)
