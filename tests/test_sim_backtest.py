@@ -58,7 +58,14 @@ def test_cli_backtest_writes_the_report_contract(tmp_path: Path, policy_file: Pa
         assert (out / png).stat().st_size > 1000
     assert "| offline schedule (reference) |" in (out / "report.md").read_text()
     header = (out / "timeline.csv").read_text().splitlines()[0].split(",")
-    assert {"policy", "t_s", "prefill.ready", "decode.starting", "decode.kv_usage", "gpus"} <= set(header)
+    assert {"policy", "t_s", "prefill.ready", "decode.starting", "decode.kv_usage", "gpus", "prefill.predicted_ms",
+            "decode.predicted_ms", "ttft_ms_at_sla", "itl_ms_at_sla", "first_tokens"} <= set(header)
+    # The planner predicts latency for its sizes, so its bias is reported; a static pool predicts nothing.
+    bias = report["policies"]["planner"]["model_bias"]
+    assert set(bias) == {"ttft", "itl"} and all(b["intervals"] > 0 and b["p10"] <= b["median"] <= b["p90"]
+                                               for b in bias.values())
+    assert "model_bias" not in report["policies"]["static"]
+    assert (out / "calibration.png").stat().st_size > 1000
     ref = report["references"]
     offline, bound = ref["offline"], ref["lower_bound"]
     assert POLICY_KEYS <= set(offline)
