@@ -91,6 +91,13 @@ class PoolObservation:
     # requests in that bucket, not cumulative; the last bound may be inf), as engines export them
     # (vllm:request_prompt_tokens). Empty: the source can't tell.
     isl_buckets: tuple[tuple[float, float], ...] = ()
+    # The error budget's measure (decide/error_budget.py): requests whose TTFT (on the pool that sets TTFT) or
+    # ITL (on the pool that sets ITL) was counted in the window, and how many of them met the SLA target.
+    # None: not measured (a source that cannot tell), which is never read as all met or all missed.
+    ttft_counted: float | None = None
+    ttft_met: float | None = None
+    itl_counted: float | None = None
+    itl_met: float | None = None
     # How finely the latency histograms resolve the SLA targets (planner/sources/resolution.py): the bucket
     # (lower, upper] in ms that holds the target (upper inf past the last bound), its width over the target
     # (the relative error a p95 read there can have), and whether that width is within 25 % of the target.
@@ -246,6 +253,24 @@ class LoadForecast:
     # counting noise taken out (planner/forecast/burst.py). It picks the scale-down rules (config.Steady);
     # None: unknown, and the hedge applies.
     rate_cv: float | None = None
+    # The SLA's error budget as the controller measured it (sla.budget_control); None: not measured, and the
+    # decision sizes at forecast.quantile as it always did.
+    sla_budget: SlaBudget | None = None
+
+
+@dataclass(frozen=True)
+class SlaBudget:
+    """How much of the window's allowed misses is left, and how fast it burns (SRE multi-window burn rates).
+
+    The SLA's percentile p allows a share 1 - p of requests to miss over ``sla.window_s``. Burn rate: the miss
+    share over a recent window divided by 1 - p (1: the budget lasts exactly the window; 10: a tenth of it).
+    """
+
+    remaining: float  # share of the window's allowed misses left (1: none spent; < 0: overspent)
+    burn_short: float | None  # over the short window (None: too few requests to tell)
+    burn_long: float | None  # over the long window
+    attainment: float  # share of the window's requests that met the SLA
+    requests: float  # requests counted over the window
 
 
 # ---------------------------------------------------------------------------------------------- decision
@@ -270,6 +295,8 @@ class Reason(StrEnum):
     KV_BOUND = "kv_bound"
     EXTRAPOLATED = "extrapolated"
     BASELINE = "baseline"
+    BUDGET_LEAN = "budget_lean"  # error budget healthy: sized at the lean quantile
+    BUDGET_BURNING = "budget_burning"  # error budget burning fast or nearly spent: sized at forecast.quantile
 
 
 @dataclass(frozen=True)
