@@ -46,6 +46,12 @@ class SLA(_Strict):
     ttft_ms: float = Field(1000.0, gt=0, le=600_000)
     itl_ms: float = Field(40.0, gt=0, le=60_000)
     percentile: float = Field(95.0, ge=50.0, le=99.9)
+    # The window the percentile is promised over (a day: 86400), and whether the decision spends its error
+    # budget (decide/error_budget.py): size at lean_quantile of the forecast while the budget is healthy, at
+    # forecast.quantile when it burns fast. Off: forecast.quantile always.
+    window_s: float = Field(3600.0, ge=600.0, le=30 * 86400.0)
+    budget_control: bool = False
+    lean_quantile: float = Field(0.5, ge=0.5, le=0.99)
 
 
 class Budget(_Strict):
@@ -147,6 +153,13 @@ class Policy(_Strict):
     forecast: ForecastConfig = Field(default_factory=ForecastConfig)
     behavior: Behavior = Field(default_factory=Behavior)
     calibration: Calibration = Field(default_factory=Calibration)
+
+    @model_validator(mode="after")
+    def _lean_below_conservative(self) -> Policy:
+        if self.sla.lean_quantile > self.forecast.quantile:
+            raise ValueError(f"sla.lean_quantile {self.sla.lean_quantile} must be <= forecast.quantile "
+                             f"{self.forecast.quantile} (the lean headroom is the smaller one)")
+        return self
 
     @model_validator(mode="after")
     def _pools_match_mode(self) -> Policy:

@@ -17,12 +17,25 @@ from typing import Protocol
 from planner.config import Policy
 from planner.decide import DeciderSpec, PlannerState, decide
 from planner.decide.demand import ISL_SOURCES, OSL_SOURCES
+from planner.decide.error_budget import BudgetSample, budget_status
+from planner.decide.error_budget import sample_of as budget_sample
 from planner.errors import UserError
 from planner.forecast import Forecaster, LastValue, make_forecaster
 from planner.forecast.burst import rate_cv
 from planner.policy_file import PolicyFile
 from planner.profile import Profile
-from planner.types import Decision, Forecast, LengthMix, LoadForecast, Mode, NoData, Observation, Pool, Reason
+from planner.types import (
+    Decision,
+    Forecast,
+    LengthMix,
+    LoadForecast,
+    Mode,
+    NoData,
+    Observation,
+    Pool,
+    Reason,
+    SlaBudget,
+)
 
 
 @dataclass(frozen=True)
@@ -160,6 +173,9 @@ class PlannerController:
         keep = max(2, int(policy.forecast.history_s // policy.interval_s) + 1)
         self.history: deque[Sample] = deque(maxlen=keep)
         self.last_forecast: LoadForecast | None = None
+        # The error budget's measure, one sample per interval over sla.window_s (sla.budget_control).
+        self.budget_samples: deque[BudgetSample] = deque(maxlen=int(policy.sla.window_s // policy.interval_s) + 2)
+        self.last_budget: SlaBudget | None = None
 
     def tick(self, observation: Observation | NoData, now_s: float) -> Decision:
         forecast, fell_back = None, False
@@ -172,11 +188,25 @@ class PlannerController:
             forecast, fell_back = self.forecaster.forecast(self.history, now_s)
             if forecast is not None and self.policy.behavior.steady is not None:
                 forecast = replace(forecast, rate_cv=self._rate_cv(now_s))
+            if self.policy.sla.budget_control:
+                self.last_budget = self._budget(observation, now_s)
+                if forecast is not None:
+                    forecast = replace(forecast, sla_budget=self.last_budget)
         self.last_forecast = forecast
         decision, self.state = decide(self.spec, observation, forecast, self.state, now_s)
         if fell_back and Reason.NO_DATA_HOLD not in decision.reasons:
             decision = _with_reason(decision, Reason.FORECAST_FALLBACK)
         return decision
+
+    def _budget(self, observation: Observation, now_s: float) -> SlaBudget | None:
+        """The SLA budget over sla.window_s, this interval's measure included (None: too little measured)."""
+        mode = self.policy.mode
+        sample = budget_sample(observation, mode.ttft_pool, mode.itl_pool, self.interval_s)
+        if sample is not None:
+            if self.budget_samples and sample.at_s <= self.budget_samples[-1].at_s:
+                self.budget_samples.pop()  # a re-read of the same window replaces the earlier one
+            self.budget_samples.append(sample)
+        return budget_status(self.budget_samples, now_s, self.policy.sla.window_s, self.policy.sla.percentile)
 
     def _rate_cv(self, now_s: float) -> float | None:
         """The arrival rate's burstiness over ``behavior.steady.over_s`` of history (it picks the scale-down

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from planner.decide.capacity import Load
+from planner.decide.error_budget import headroom_quantile
 from planner.decide.spec import DeciderSpec
 from planner.types import (
     Forecast,
@@ -120,7 +121,10 @@ def _with_backlog(load: Load, queue: float, horizon_s: float) -> Load:
 def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -> Demand | Hold:
     reasons: list[Reason] = []
     arrivals = _arrivals(spec, obs)
-    rate = finite(forecast.rate_rps.at(spec.policy.forecast.quantile)) if forecast is not None and forecast.rate_rps.ok else None
+    q, headroom = headroom_quantile(spec.policy, forecast.sla_budget if forecast is not None else None)
+    if headroom is not None:
+        reasons.append(headroom)
+    rate = finite(forecast.rate_rps.at(q)) if forecast is not None and forecast.rate_rps.ok else None
     if rate is None:
         if arrivals is None:
             return Hold("no arrivals signal and no forecast")
@@ -145,7 +149,6 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     load = Load(rate, lengths[0], lengths[1])
     p_load = d_load = load
     if forecast is not None and forecast.rate_rps.ok and rate > 0:
-        q = spec.policy.forecast.quantile
         p_load = replace(load, rate_rps=_work_rate(forecast.prefill_tokens_per_s, q, lengths[0], rate))
         d_load = replace(load, rate_rps=_work_rate(forecast.decode_tokens_per_s, q, lengths[1], rate))
     if spec.policy.mode is Mode.DISAGGREGATED and not zero:

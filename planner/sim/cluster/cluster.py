@@ -64,6 +64,10 @@ class SimConfig:
     # The SLA's percentile (the policy's): the simulated metrics source reports latency at it, as the
     # Prometheus source does, for calibration.
     sla_percentile: float = 95.0
+    # The SLA's targets: the simulated metrics source counts the window's requests (TTFT) and token gaps (ITL)
+    # within them, as the Prometheus source does from the histograms, for the error budget. None: not counted.
+    sla_ttft_ms: float | None = None
+    sla_itl_ms: float | None = None
     chunk_tokens: int = 8192
     prefill_tp: int | None = None  # None: the profile's selected TP
     decode_tp: int | None = None

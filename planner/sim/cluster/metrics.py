@@ -93,6 +93,30 @@ class SimMetricSource:
             itl = None
         return ttft, itl
 
+    def within_targets(self, window_s: float, now_s: float) -> dict[str, float | None]:
+        """The window's requests whose first token came in it and how many met the TTFT target; its token gaps
+        and how many were within the ITL target (per token, as an engine's ITL histogram counts them)."""
+        cfg, log = self.c.config, self.c.log
+        out: dict[str, float | None] = {"ttft_counted": None, "ttft_met": None, "itl_counted": None, "itl_met": None}
+        lo_t = now_s - window_s
+        if cfg.sla_ttft_ms is not None:
+            lo = bisect_left(log.arrival_s, lo_t - TTFT_LOOKBACK_S)
+            hi = bisect_right(log.arrival_s, now_s)
+            first = np.asarray(log.first_token_s[lo:hi], dtype=np.float64)
+            arr = np.asarray(log.arrival_s[lo:hi], dtype=np.float64)
+            with np.errstate(invalid="ignore"):
+                mask = (first > lo_t) & (first <= now_s)
+            ttft_ms = (first[mask] - arr[mask]) * 1e3
+            out["ttft_counted"] = float(len(ttft_ms))
+            out["ttft_met"] = float(np.count_nonzero(ttft_ms <= cfg.sla_ttft_ms))
+        if cfg.sla_itl_ms is not None:
+            a = bisect_right(log.token_gaps, (lo_t, math.inf, 0))
+            b = bisect_right(log.token_gaps, (now_s, math.inf, 0))
+            seg = np.asarray(log.token_gaps[a:b], dtype=np.float64).reshape(-1, 3)
+            out["itl_counted"] = float(seg[:, 2].sum())
+            out["itl_met"] = float(seg[seg[:, 1] * 1e3 <= cfg.sla_itl_ms, 2].sum())
+        return out
+
     def first_tokens(self, window_s: float, now_s: float) -> int:
         """Requests whose first token came in (now - window, now] (how many the window's TTFT is over)."""
         log = self.c.log
@@ -125,6 +149,7 @@ class SimMetricSource:
                           now_s)
         ttft, itl = self.latency(window_s, now_s)
         done = self.completions(window_s, now_s)
+        within = self.within_targets(window_s, now_s)
         pools: dict[str, PoolObservation] = {}
         for pool in c.pools:
             if pool == "decode":
@@ -146,6 +171,8 @@ class SimMetricSource:
                 itl_ms_p50=itl[0] if itl else None, itl_ms_p95=itl[1] if itl else None,
                 itl_ms_mean=itl[2] if itl else None,
                 ttft_ms_at_sla=ttft[3] if ttft else None, itl_ms_at_sla=itl[3] if itl else None,
+                ttft_counted=within["ttft_counted"], ttft_met=within["ttft_met"],
+                itl_counted=within["itl_counted"], itl_met=within["itl_met"],
                 queue=float(g["queue"]), running=float(g["running"]),
                 kv_usage=None if math.isnan(kv) else float(kv), ready_replicas=int(g["ready"]), completed=done,
                 isl_buckets=prompt_buckets(lengths))

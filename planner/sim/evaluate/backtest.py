@@ -155,7 +155,8 @@ def sim_setup(trace: RequestTrace, profile: Profile, policy: PolicyFile, *, star
     if not math.isfinite(startup) or startup < 0:
         raise UserError(f"startup_s: {startup!r} must be >= 0", key="startup_s")
     config = SimConfig(mode=policy.mode, link_bytes_per_s=gbps_to_bytes_per_s(policy.kv_link.gbps), startup_s=startup,
-                       kill=kill, sla_percentile=policy.sla.percentile)
+                       kill=kill, sla_percentile=policy.sla.percentile, sla_ttft_ms=policy.sla.ttft_ms,
+                       sla_itl_ms=policy.sla.itl_ms)
     check_trace(trace, profile, config)
     if not math.isfinite(warmup_s) or not 0 <= warmup_s < trace.duration_s:
         raise UserError(f"warmup_s: {warmup_s!r} must be >= 0 and shorter than the trace ({trace.duration_s:.0f} s)",
