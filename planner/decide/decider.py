@@ -4,9 +4,12 @@ Pure: no I/O, no clock. The same function runs in the controller, the simulator 
 built once from the policy and the profile (``DeciderSpec.build``). The decision, in order, one stage each:
 
   1. Demand (decide/demand.py). NoData, or an observation older than ``spec.stale_after_s`` (the metrics
-     source's ``stale_after_intervals`` intervals), holds every pool (never scale down on missing data). Otherwise the load at the horizon
-     ``startup_s + interval_s``: the rate forecast at the policy's quantile (never negative, at most 2x its
-     mean), mean ISL and OSL, each pool's work quantile and any backlog it holds. A forecast that failed
+     source's ``stale_after_intervals`` intervals), holds every pool (never scale down on missing data).
+     Otherwise the load at the horizon ``startup_s + interval_s``: the rate forecast at the quantile the
+     error budget allows (decide/error_budget.py: ``sla.lean_quantile`` while the SLA's budget is healthy,
+     ``forecast.quantile`` when it burns fast or is unknown, or always with ``sla.budget_control`` off;
+     reasons budget_lean / budget_burning), never negative, at most 2x its mean; mean ISL and OSL, each
+     pool's work quantile and any backlog it holds. A forecast that failed
      falls back to the observed window (reason forecast_fallback); measured zero traffic with a zero
      forecast sizes the pools to their floors.
   2. Calibration (decide/calibration.py): observed vs predicted TTFT/ITL at the observed load and size
