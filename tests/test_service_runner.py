@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from fake_kube import FakeKube
 
 from planner.actuators.desired import PublishActuator
 from planner.actuators.dry_run import DryRunActuator
@@ -20,6 +19,7 @@ from planner.service.leader import LeaseElector
 from planner.service.runner import RunOptions, Service, build_loop
 from planner.testing.clock import FakeClock
 from planner.types import Observation, PoolObservation
+from tests.support.fake_kube import FakeKube
 
 REPO = Path(__file__).resolve().parent.parent
 
