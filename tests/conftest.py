@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 import pytest
-from engine_fixtures import Ledger
+
+from tests.support.engine_fixtures import Ledger
 
 if TYPE_CHECKING:
     from planner.testing.vllm_server import VllmServer

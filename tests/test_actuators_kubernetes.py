@@ -1,11 +1,10 @@
-"""KubernetesScaleActuator through the official client against the fake API server (tests/fake_kube.py)."""
+"""KubernetesScaleActuator through the official client against the fake API server (tests/support/fake_kube.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from fake_kube import FakeKube
 
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
@@ -13,6 +12,7 @@ from planner.actuators.targets import resolve_target, targets_from_policy
 from planner.errors import UserError
 from planner.policy_file import parse_policy
 from planner.types import Applied
+from tests.support.fake_kube import FakeKube
 
 NS = "llm"
 DGDSA = ("nvidia.com", "v1alpha1", "dynamographdeploymentscalingadapters")

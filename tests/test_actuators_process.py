@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from process_fixtures import (
+
+from planner.actuators.process import ProcessActuator
+from planner.actuators.replica import group_alive, substitute
+from planner.policy_file import parse_policy
+from planner.router.app import create_router_app
+from planner.service.background import BackgroundServer
+from planner.types import Mode
+from tests.support.process_fixtures import (
     alive,
     descendants,
     emulator_command,
@@ -24,13 +31,6 @@ from process_fixtures import (
     targets,
     wait_until,
 )
-
-from planner.actuators.process import ProcessActuator
-from planner.actuators.replica import group_alive, substitute
-from planner.policy_file import parse_policy
-from planner.router.app import create_router_app
-from planner.service.background import BackgroundServer
-from planner.types import Mode
 
 REPO = Path(__file__).resolve().parent.parent
 LOGGER = "planner.actuators.process"

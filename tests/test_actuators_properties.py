@@ -3,12 +3,12 @@ apply to max(target, floor), and a repeated apply writes nothing."""
 
 from __future__ import annotations
 
-from fake_kube import FakeKube
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.actuators.targets import resolve_target
+from tests.support.fake_kube import FakeKube
 
 STEPS = st.lists(st.tuples(st.integers(0, 12), st.one_of(st.none(), st.integers(0, 12)), st.integers(0, 2)),
                  min_size=1, max_size=8)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_decide_support import REPO
 
 from planner.bench.seeds import Run, summary
 from planner.cli import run
+from tests.support.decide_support import REPO
 
 STEADY = REPO / "policies" / "steady-scale-down.yaml"
 EXAMPLE = REPO / "policies" / "example.yaml"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_deploy import REPO, by_kind, render
 
 from planner.cli import run
 from planner.policy_file import load_policy, parse_policy
+from tests.test_deploy import REPO, by_kind, render
 
 BASE = ["init", "--model", "qwen3-32b", "--gpu", "h200", "--isl", "1200", "--osl", "220", "--rate-rps", "20",
         "--ttft-ms", "1000", "--itl-ms", "40", "--total-gpus", "64", "--namespace", "llm"]

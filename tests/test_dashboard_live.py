@@ -24,8 +24,6 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from fake_kube import FakeKube
-from prom_fixtures import FakeHTTP, require_prometheus
 
 from planner.dashboards import engines, planner_board
 from planner.dashboards.alerts import AlertParams, alerts, rule_groups
@@ -35,6 +33,8 @@ from planner.sources.dialects import DIALECTS, VLLM
 from planner.testing.dialect_exporter import parse_samples, translate, translate_samples
 from planner.testing.local_prometheus import LocalPrometheus, Target
 from planner.testing.ports import free_port
+from tests.support.fake_kube import FakeKube
+from tests.support.prom_fixtures import FakeHTTP, require_prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent

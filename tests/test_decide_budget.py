@@ -7,7 +7,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import yaml
-from test_decide_support import EXAMPLE, REPO, free_policy, observation, spec
 
 from planner.decide import decide
 from planner.decide.error_budget import (
@@ -22,6 +21,7 @@ from planner.decide.error_budget import (
 from planner.errors import UserError
 from planner.policy_file import load_policy
 from planner.types import QUANTILES, Forecast, LoadForecast, Observation, Pool, Reason, SlaBudget
+from tests.support.decide_support import EXAMPLE, REPO, free_policy, observation, spec
 
 
 def spread(mean: float) -> Forecast:

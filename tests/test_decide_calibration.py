@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_decide_support import free_policy, pool_obs, spec
 
 from planner.decide.calibration import calibrate
 from planner.decide.capacity import Load, prefill_ttft_mean_ms, prefill_ttft_ms
 from planner.decide.state import PlannerState
 from planner.types import Observation
+from tests.support.decide_support import free_policy, pool_obs, spec
 
 SPEC = spec(free_policy())
 RATE, ISL, OSL, READY = 30.0, 1200.0, 220.0, 8

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_decide_support import EXAMPLE
 
 from planner.cli import run
+from tests.support.decide_support import EXAMPLE
 
 
 def test_plan_prints_the_decision_as_json(capsys) -> None:

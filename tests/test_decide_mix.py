@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-from test_decide_support import PROFILE, free_policy, spec
 
 from planner.decide.capacity import Load, kv_batch_limit, size_decode, size_prefill
 from planner.decide.prefill_mix import miss_share, prefill_mix, queueing_budget
@@ -16,6 +15,7 @@ from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import prompt_buckets
 from planner.sim.traces.records import LengthDist, RequestTrace
 from planner.types import LengthMix, Reason
+from tests.support.decide_support import PROFILE, free_policy, spec
 
 MODEL = spec(free_policy()).model
 

@@ -6,10 +6,10 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_decide_support import free_policy, load_forecast, observation, policy, spec
 
 from planner.decide import PlannerState, decide
 from planner.decide.state import PoolMemory
+from tests.support.decide_support import free_policy, load_forecast, observation, policy, spec
 
 FREE = free_policy()
 rates = st.floats(min_value=0.0, max_value=1500.0, allow_nan=False)

@@ -6,7 +6,12 @@ import math
 import random
 
 import pytest
-from test_decide_support import (
+
+from planner.controller import HistoryForecast, PlannerController, make_planner_controller
+from planner.decide import decide
+from planner.errors import UserError
+from planner.types import NoData, NoDataReason, Reason
+from tests.support.decide_support import (
     PROFILE,
     direction_changes_per_hour,
     drive,
@@ -16,11 +21,6 @@ from test_decide_support import (
     policy,
     spec,
 )
-
-from planner.controller import HistoryForecast, PlannerController, make_planner_controller
-from planner.decide import decide
-from planner.errors import UserError
-from planner.types import NoData, NoDataReason, Reason
 
 BIG = {"pools": {"prefill": {"max_replicas": 200}, "decode": {"max_replicas": 60}}}
 POL = policy(**BIG)

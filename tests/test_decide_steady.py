@@ -8,13 +8,22 @@ from dataclasses import replace
 
 import pytest
 import yaml
-from test_decide_support import EXAMPLE, REPO, drive, free_policy, load_forecast, observation, policy, spec
 
 from planner.config import Steady
 from planner.decide import decide
 from planner.forecast.burst import rate_cv
 from planner.policy_file import load_policy
 from planner.types import Reason
+from tests.support.decide_support import (
+    EXAMPLE,
+    REPO,
+    drive,
+    free_policy,
+    load_forecast,
+    observation,
+    policy,
+    spec,
+)
 
 STEADY = {"behavior": {"steady": {"max_rate_cv": 0.3, "over_s": 600}}}
 BIG = {"pools": {"prefill": {"max_replicas": 200}, "decode": {"max_replicas": 60}}}
@@ -162,10 +171,9 @@ def test_steady_scale_down_yaml_is_the_example_with_steady_rules() -> None:
 
 
 def test_a_bad_steady_block_names_the_key() -> None:
-    from test_decide_support import example_data, merge
-
     from planner.errors import UserError
     from planner.policy_file import parse_policy
+    from tests.support.decide_support import example_data, merge
 
     with pytest.raises(UserError, match=r"behavior\.steady\.max_rate_cv"):
         parse_policy(merge(example_data(), {"behavior": {"steady": {"max_rate_cv": 0}}}), "p.yaml")

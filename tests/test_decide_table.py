@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from test_decide_support import (
+
+from planner.config import Policy
+from planner.decide import PlannerState, decide
+from planner.decide.state import Calibrated, PoolMemory
+from planner.types import LoadForecast, NoData, NoDataReason, Observation, Reason
+from tests.support.decide_support import (
     assert_decision,
     free_policy,
     load_forecast,
@@ -16,11 +21,6 @@ from test_decide_support import (
     policy,
     spec,
 )
-
-from planner.config import Policy
-from planner.decide import PlannerState, decide
-from planner.decide.state import Calibrated, PoolMemory
-from planner.types import LoadForecast, NoData, NoDataReason, Observation, Reason
 
 R = Reason
 SLA = R.SLA_CAPACITY

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from test_decide_support import PROFILE, policy
-
 from planner.decide.whatif import flat_forecast, plan, what_if_policy
 from planner.types import QUANTILES, Reason
+from tests.support.decide_support import PROFILE, policy
 
 
 def test_flat_forecast_is_certain() -> None:

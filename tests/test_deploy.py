@@ -545,11 +545,11 @@ ENGINE_PODS = [
 def test_engine_relabelling_gives_the_pools_the_policy_selects(tmp_path: Path) -> None:
     """A real Prometheus applies each engine PodMonitor's relabelings to pods as discovery labels them and
     scrapes vLLM-format engines; the shipped policy's selectors must then find each pool's engines."""
-    from prom_fixtures import FakeHTTP, require_prometheus
     from prometheus_client import generate_latest
 
     from planner.emulator.vllm_metrics import VllmMetrics
     from planner.testing.local_prometheus import LocalPrometheus
+    from tests.support.prom_fixtures import FakeHTTP, require_prometheus
 
     monitors = {p.stem.removesuffix("-podmonitor"): yaml.safe_load(p.read_text()) for p in ENGINE_MONITORS}
     assert sorted(monitors) == ["dynamo", "sglang", "vllm"]

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_deploy import NAMESPACE, REPO, by_kind, kubectl, validate
-from test_rbac import granted_permissions, required_permissions
+
+from tests.test_deploy import NAMESPACE, REPO, by_kind, kubectl, validate
+from tests.test_rbac import granted_permissions, required_permissions
 
 GUIDE = REPO / "docs" / "deploy.md"
 BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)

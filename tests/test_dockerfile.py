@@ -20,7 +20,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from test_deploy import DEPLOY, OVERLAYS, REPO, by_kind, render
+
+from tests.test_deploy import DEPLOY, OVERLAYS, REPO, by_kind, render
 
 DOCKERFILE = REPO / "Dockerfile"
 LOCK = REPO / "requirements.lock"

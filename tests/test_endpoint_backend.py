@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from endpoint_fixtures import EmulatorProcess, analytical_profile, relative_errors, running_requests
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
@@ -23,6 +22,12 @@ from planner.profiler.backends import get_backend
 from planner.profiler.grids import SweepCancelled, SweepRequest
 from planner.service.background import BackgroundServer
 from planner.testing.ports import free_port
+from tests.support.endpoint_fixtures import (
+    EmulatorProcess,
+    analytical_profile,
+    relative_errors,
+    running_requests,
+)
 
 # Times a live emulator: .ci/run runs it in its quiet phase, with the engines (pyproject.toml, "timing").
 pytestmark = pytest.mark.timing

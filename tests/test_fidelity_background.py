@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from endpoint_fixtures import EmulatorProcess, analytical_profile, running_requests
 
 from planner.bench.fidelity_background import DecodeBackground
 from planner.sim.traces.records import RequestTrace
+from tests.support.endpoint_fixtures import EmulatorProcess, analytical_profile, running_requests
 
 
 def _served(url: str) -> tuple[float, float]:

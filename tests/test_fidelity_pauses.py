@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from endpoint_fixtures import EmulatorProcess, analytical_profile
 
 from planner.bench.fidelity_load import PAUSE_S, Measured, paused_requests, replay_trace
 from planner.profiler.loadgen import LoopLag, StreamResult
 from planner.sim.traces.records import RequestTrace
+from tests.support.endpoint_fixtures import EmulatorProcess, analytical_profile
 
 
 def stream(sent_s: float, first_s: float | None) -> StreamResult:

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from endpoint_fixtures import EmulatorProcess, analytical_profile, relative_errors
-from test_deploy import by_kind, render
 
 from planner.cli import run
 from planner.policy_file import load_policy
 from planner.profile import Profile, load_profile
 from planner.profiler import backends
 from planner.profiler.grids import SweepRequest
+from tests.support.endpoint_fixtures import EmulatorProcess, analytical_profile, relative_errors
+from tests.test_deploy import by_kind, render
 
 # Times a live emulator: .ci/run runs it in its quiet phase, with the engines (pyproject.toml, "timing").
 pytestmark = pytest.mark.timing

@@ -1,5 +1,5 @@
 """`planner profile --backend kubernetes`: workers rendered from a template, created through the official
-client against the in-process fake API server (tests/fake_kube.py), with `planner emulate` processes
+client against the in-process fake API server (tests/support/fake_kube.py), with `planner emulate` processes
 standing in for the pods; measured per TP, and always deleted: after success, a readiness timeout, a
 cancel, a failed measurement, a forbidden create."""
 
@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-from endpoint_fixtures import EmulatorProcess, analytical_profile, relative_errors
-from fake_kube import FakeKube
 
 from planner.catalog import load_hardware, load_model
 from planner.cli import run
@@ -23,6 +21,8 @@ from planner.profiler.grids import SweepCancelled, SweepRequest
 from planner.profiler.k8s_worker import GPU_RESOURCE, WORKER_LABEL, render_worker, set_flag
 from planner.profiler.kubernetes_backend import profile_kubernetes
 from planner.testing.ports import free_port
+from tests.support.endpoint_fixtures import EmulatorProcess, analytical_profile, relative_errors
+from tests.support.fake_kube import FakeKube
 
 TIME_SCALE = 0.5
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from test_decide_support import EXAMPLE, REPO, example_data
 
 from planner.cli import run
 from planner.config import Policy
 from planner.errors import UserError
 from planner.policy_file import PolicyFile, load_policy, parse_policy
+from tests.support.decide_support import EXAMPLE, REPO, example_data
 
 
 def test_example_yaml_parses_to_the_defaults() -> None:
@@ -41,7 +41,7 @@ def test_example_loads_and_resolves_its_profile() -> None:
                  ["behavior.scale_up.policies.0.type", "pct"], id="bad-policy-type"),
 ])
 def test_bad_policy_errors_name_key_value_and_range(over, needles) -> None:
-    from test_decide_support import merge
+    from tests.support.decide_support import merge
 
     data = merge(example_data(), over)
     with pytest.raises(UserError) as err:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from loop_fixtures import ClosedLoop, loop_policy
-from process_fixtures import (
+
+from planner.types import NoData, Observation, Reason
+from tests.support.loop_fixtures import ClosedLoop, loop_policy
+from tests.support.process_fixtures import (
     EMULATED_PROFILE,
     Load,
     alive,
@@ -22,9 +24,7 @@ from process_fixtures import (
     targets,
     wait_until,
 )
-from prom_fixtures import require_prometheus
-
-from planner.types import NoData, Observation, Reason
+from tests.support.prom_fixtures import require_prometheus
 
 REPO = Path(__file__).resolve().parent.parent
 

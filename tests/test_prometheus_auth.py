@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prom_fixtures import require_prometheus
 
 from planner.controller import make_planner_controller
 from planner.emulator.app import create_app, engine_model_for
@@ -34,6 +33,7 @@ from planner.testing.clock import FakeClock
 from planner.testing.local_prometheus import LocalPrometheus, Target, WebOptions
 from planner.testing.ports import free_port
 from planner.types import NoData, Observation, Reason
+from tests.support.prom_fixtures import require_prometheus
 
 pytestmark = pytest.mark.prometheus
 

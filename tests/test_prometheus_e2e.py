@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prom_fixtures import PromEnv, fake_http, prom_env, require_prometheus, vllm_exposition  # noqa: F401
 
 from planner.cli import run
 from planner.emulator.app import create_app, engine_model_for
@@ -22,6 +21,7 @@ from planner.service.background import BackgroundServer
 from planner.sources.prometheus import PrometheusSource
 from planner.testing.local_prometheus import LocalPrometheus
 from planner.types import Decision, NoData, NoDataReason, Observation, PoolDecision, Reason, buckets_1_2_5
+from tests.support.prom_fixtures import PromEnv, fake_http, prom_env, require_prometheus, vllm_exposition  # noqa: F401
 
 pytestmark = pytest.mark.prometheus
 REPO = Path(__file__).resolve().parent.parent

@@ -31,14 +31,14 @@ from typing import Any
 
 import pytest
 import yaml
-from fake_kube import FakeKube, status_body
-from test_deploy import DEPLOY, OVERLAYS, REPO, by_kind, policy_of, render
 
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.actuators.targets import SCALABLE_KINDS, resolve_target, targets_from_policy
 from planner.service.events import ScaleEvents
 from planner.service.leader import LeaseElector
+from tests.support.fake_kube import FakeKube, status_body
+from tests.test_deploy import DEPLOY, OVERLAYS, REPO, by_kind, policy_of, render
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource[/subresource], verb, resourceName|None)
 # Kubernetes cannot restrict these verbs by resourceNames (the name is not in the request URL).

@@ -10,12 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from requests_support import blocking_backend, spec_data
 
 from planner.policy_file import parse_policy
 from planner.requests.server import ProfileServer, ServeOptions
 from planner.service.background import BackgroundServer
 from planner.testing.clock import FakeClock
+from tests.support.requests_support import blocking_backend, spec_data
 
 URL = "/v1/profile-requests"
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 import yaml
-from requests_support import crd_validator, spec_data
-from test_deploy import DEPLOY, K8S_VERSION, REPO
 
 from planner.requests import crd
 from planner.requests.spec import ProfileRequestSpec
 from planner.requests.status import Status
+from tests.support.requests_support import crd_validator, spec_data
+from tests.test_deploy import DEPLOY, K8S_VERSION, REPO
 
 SHIPPED = DEPLOY / "crds" / "profilerequest.yaml"
 

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kube import FakeKube
-from requests_support import blocking_backend, install, spec_data
 
 from planner.requests.kube import GROUP, KIND, OWNER_LABEL, PLURAL, VERSION, ProfileRequestWatcher
 from planner.requests.manager import RequestManager
 from planner.requests.store import ResultsStore
 from planner.testing.clock import FakeClock
+from tests.support.fake_kube import FakeKube
+from tests.support.requests_support import blocking_backend, install, spec_data
 
 NS = "llm"
 

@@ -15,13 +15,13 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from requests_support import spec_data
-from test_deploy import K8S_VERSION, by_kind, render, validate
 
 from planner.policy_file import load_policy
 from planner.requests import artifacts, pipeline
 from planner.requests.checks import check
 from planner.requests.spec import parse_spec
+from tests.support.requests_support import spec_data
+from tests.test_deploy import K8S_VERSION, by_kind, render, validate
 
 OBJ = {"type": "object"}
 META = {"type": "object", "required": ["name", "namespace"], "properties": {"name": {"type": "string"},

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from requests_support import spec_data
 
 from planner.catalog import load_hardware, load_model
 from planner.decide.whatif import plan
@@ -20,6 +19,7 @@ from planner.requests.spec import parse_spec
 from planner.requests.status import FailReason, Step
 from planner.requests.sweep import Cancelled, RequestFailed
 from planner.types import Mode, Pool
+from tests.support.requests_support import spec_data
 
 
 class Recorder:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from requests_support import install, spec_data
-from test_deploy import DEPLOY, REPO, by_kind, render
-from test_rbac import RbacKube, endpoint, granted_permissions, permission, referenced_api_methods
-
 from planner.requests.kube import APPLY_KINDS, GROUP, KIND, PLURAL, VERSION, ProfileRequestWatcher
 from planner.requests.manager import RequestManager
 from planner.requests.store import ResultsStore
 from planner.testing.clock import FakeClock
+from tests.support.requests_support import install, spec_data
+from tests.test_deploy import DEPLOY, REPO, by_kind, render
+from tests.test_rbac import RbacKube, endpoint, granted_permissions, permission, referenced_api_methods
 
 NS = "llm"
 

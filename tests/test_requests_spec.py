@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pydantic
 import pytest
-from requests_support import DROP, spec_data
 
 from planner.requests.checks import check
 from planner.requests.spec import ENGINES, OUTPUTS, TRACE_FORMATS, RequestInvalid, parse_spec
 from planner.requests.workload import from_concurrency, steady_load
 from planner.sim.traces.loaders import FORMATS
+from tests.support.requests_support import DROP, spec_data
 
 CONV = str(Path(__file__).resolve().parent.parent / "profiles" / "traces" / "azure2023-conv.csv")
 BAD = [  # (overrides, field named, words the message must contain)

@@ -14,15 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from process_fixtures import (
-    EMULATED_PROFILE,
-    emulator_command,
-    port_range,
-    sample,
-    sample_sum,
-    stream,
-    wait_until,
-)
 
 from planner.actuators.file_sd import Target, write_targets
 from planner.cli import run
@@ -31,6 +22,15 @@ from planner.profile import load_profile
 from planner.router.app import create_router_app
 from planner.service.background import BackgroundServer
 from planner.types import Mode
+from tests.support.process_fixtures import (
+    EMULATED_PROFILE,
+    emulator_command,
+    port_range,
+    sample,
+    sample_sum,
+    stream,
+    wait_until,
+)
 
 PROFILE = load_profile(EMULATED_PROFILE)
 

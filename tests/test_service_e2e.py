@@ -16,13 +16,13 @@ import grpc
 import httpx
 import pytest
 import yaml
-from fake_kube import FakeKube
-from prom_fixtures import FakeHTTP, PromEnv, prom_env  # noqa: F401
 
 from planner.actuators import externalscaler_pb2 as pb
 from planner.actuators import externalscaler_pb2_grpc as pb_grpc
 from planner.service.runner import RunOptions, Service
 from planner.testing.ports import free_port
+from tests.support.fake_kube import FakeKube
+from tests.support.prom_fixtures import FakeHTTP, PromEnv, prom_env  # noqa: F401
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent

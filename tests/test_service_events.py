@@ -7,8 +7,6 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from fake_kube import FakeKube
-from test_service_restart import NS, PROFILE, T0, policy
 
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.actuators.targets import targets_from_policy
@@ -19,6 +17,8 @@ from planner.service.loop import ControlLoop
 from planner.telemetry import PlannerMetrics
 from planner.testing.clock import FakeClock
 from planner.types import Observation, PoolObservation
+from tests.support.fake_kube import FakeKube
+from tests.test_service_restart import NS, PROFILE, T0, policy
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fake_kube import FakeKube
 
 from planner.actuators.desired import DesiredStore, PublishActuator
 from planner.controller import make_planner_controller
@@ -17,6 +16,7 @@ from planner.telemetry import PlannerMetrics
 from planner.testing.actuator import RecordingActuator
 from planner.testing.clock import FakeClock
 from planner.types import NoData, Observation, PoolObservation
+from tests.support.fake_kube import FakeKube
 
 T0 = 1_700_000_000.0
 

@@ -20,8 +20,6 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from fake_kube import FakeKube
-from test_service_restart import NS, PROFILE, Quiet, policy
 
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.controller import make_planner_controller
@@ -33,6 +31,8 @@ from planner.service.runner import create_service_app
 from planner.telemetry import PlannerMetrics
 from planner.testing.clock import FakeClock
 from planner.types import Observation, PoolObservation
+from tests.support.fake_kube import FakeKube
+from tests.test_service_restart import NS, PROFILE, Quiet, policy
 
 T0 = 1_700_000_000.0
 REPO = Path(__file__).resolve().parent.parent

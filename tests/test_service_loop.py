@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_kube import FakeKube
 
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
@@ -27,6 +26,7 @@ from planner.telemetry import PlannerMetrics
 from planner.testing.actuator import RecordingActuator, UnreadableActuator
 from planner.testing.clock import FakeClock
 from planner.types import Applied, NoData, NoDataReason, Observation, Reason
+from tests.support.fake_kube import FakeKube
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles" / "h200" / "qwen3-8b.json"

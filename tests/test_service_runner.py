@@ -11,8 +11,6 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from fake_kube import FakeKube
-from process_fixtures import alive, port_range, wait_until
 
 from planner.actuators.desired import PublishActuator
 from planner.actuators.dry_run import DryRunActuator
@@ -23,6 +21,8 @@ from planner.service.leader import LeaseElector
 from planner.service.runner import RunOptions, Service, build_loop
 from planner.testing.clock import FakeClock
 from planner.types import Observation, PoolObservation
+from tests.support.fake_kube import FakeKube
+from tests.support.process_fixtures import alive, port_range, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 

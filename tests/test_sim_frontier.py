@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 import pytest
-import test_sim_backtest
 import yaml
 
 from planner.cli import run
@@ -25,6 +24,7 @@ from planner.sim.evaluate.frontier import (
 )
 from planner.sim.evaluate.frontier_report import frontier_markdown, write_frontier
 from planner.sim.traces.synthetic import sinusoid
+from tests import test_sim_backtest
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_decide_support import example_data, merge
 
 from planner.config import Policy
 from planner.perf.kv import gbps_to_bytes_per_s
@@ -27,6 +26,7 @@ from planner.sim.evaluate.lower_bound import (
 )
 from planner.sim.traces.records import RequestTrace
 from planner.sim.traces.synthetic import constant, sinusoid, spike, step
+from tests.support.decide_support import example_data, merge
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"

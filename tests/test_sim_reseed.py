@@ -9,11 +9,11 @@ import dataclasses
 import math
 
 import pytest
-import test_sim_frontier
 
 from planner.sim.evaluate.backtest import BacktestResult, dominates
 from planner.sim.evaluate.frontier import assemble, frontier_points, knobs
 from planner.sim.evaluate.reseed import frontier_reseeded, point_name, reseed_offline
+from tests import test_sim_frontier
 
 backtest = test_sim_frontier.backtest  # the example policy on an 8-minute wave, every sweepable baseline
 policy_file = test_sim_frontier.policy_file

@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_decide_support import example_data, flat, merge, observation
 
 from planner.cli import run
 from planner.decide import DeciderSpec, decide
@@ -19,6 +18,7 @@ from planner.sim.evaluate.clairvoyant import PerfectForecast
 from planner.sim.traces.records import RequestTrace
 from planner.sim.traces.synthetic import constant, step
 from planner.types import Forecast, LoadForecast, Pool
+from tests.support.decide_support import example_data, flat, merge, observation
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles/h200/qwen3-32b.json"

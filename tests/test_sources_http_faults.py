@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from prom_fixtures import fake_http  # noqa: F401 - fixture
 
 from planner.sources.prometheus import PrometheusSource
 from planner.testing.ports import free_port
 from planner.types import NoData, NoDataReason
+from tests.support.prom_fixtures import fake_http  # noqa: F401 - fixture
 
 SELECTORS = {"aggregated": '{role="x"}'}
 

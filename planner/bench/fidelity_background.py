@@ -3,11 +3,12 @@
 On the fidelity bench the two engines share one machine (2 cores, one each), and a busy decode engine slows
 the prefill engine's prompts (docs/engines/vllm-cpu.md: 31 ms alone, 59 ms beside 3 streams; the machine's
 caches and memory are shared). During the replay the decode server is busy about as often as the slice
-keeps it; profiled alone, the prefill curve missed that, and the simulated disaggregated TTFT came out at
-0.6-0.75x the measured (docs/fidelity.md). So the prefill server is profiled with the slice's own decode
-load running on the decode server: every request of the slice at its arrival time (cycled), each with a
-short prompt and its own output length, sent to the decode server directly. The simulator still times each
-server from its own curve; the curve is measured under the conditions it is used in.
+keeps it; profiled alone, the prefill curve misses that, and the simulated disaggregated TTFT comes out
+short of the measured (docs/fidelity.md, "The prefill curve is measured beside the decode load"). So the
+prefill server is profiled with the slice's own decode load running on the decode server: every request of
+the slice at its arrival time (cycled), each with a short prompt and its own output length, sent to the
+decode server directly. The simulator still times each server from its own curve; the curve is measured
+under the conditions it is used in.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ away.
 A watcher on the client's own event loop records every pause of at least ``PAUSE_S`` (the loop not run: on
 a virtual machine, mostly the hypervisor running other machines, which stops the server too). A request
 whose wait for its first token spans one is marked ``paused``; the summary over the others says what the
-engine did on a machine that was not stopped (docs/fidelity.md, the 11:05 run).
+engine did on a machine that was not stopped (docs/fidelity.md, "Where the TTFT tail comes from: the host,
+not the engine").
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ The load average cannot tell: a vLLM CPU server's OpenMP threads spin, so the fi
 API process, client) holds the 1-minute load average at 3-4 on 2 cores with nothing else running. What
 matters is the CPU time spent by processes that are not ours: the machine's busy time less that of this
 process and its descendants (live, and those they reaped), as a share of all CPUs' time. On a virtual
-machine that includes the hypervisor's steal (other machines on the host), reported on its own as well: a
-2-core VM here lost 17 % of its CPU time to steal during a replay, in pauses of 0.1-0.4 s that no process in
-it could see coming.
+machine that includes the hypervisor's steal (other machines on the host), reported on its own as well: it
+comes in pauses of a fraction of a second that no process in the machine can see coming (docs/fidelity.md,
+"Where the TTFT tail comes from: the host, not the engine").
 """
 
 from __future__ import annotations

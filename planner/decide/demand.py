@@ -92,8 +92,8 @@ def _capped(rate: float, forecast: LoadForecast | None) -> float:
 
 
 def _mean_forecast(series: Forecast | None) -> float | None:
-    # Lengths at their mean: the rate quantile already carries the headroom; stacking a length quantile on it
-    # sized the Azure conv prefill pool 35 % above the oracle's need in steady state.
+    # Lengths at their mean: the rate quantile already carries the headroom, and a length quantile stacked on
+    # it would count the same surprise twice (a pool sized well above what even a steady load needs).
     value = finite(series.mean) if series is not None and series.ok else None
     return value if value is not None and value > 0 else None
 
@@ -112,9 +112,9 @@ def _work_rate(work: Forecast | None, q: float, length: float, rate: float) -> f
 
 
 def _with_backlog(load: Load, queue: float, horizon_s: float) -> Load:
-    # Requests waiting in a pool drain as extra arrivals over the horizon (turning decode waiters into
-    # concurrency instead sized the Azure code pool, OSL 28, for a burst that clears in a second, with
-    # replicas that take two minutes to start).
+    # Requests waiting in a pool drain as extra arrivals over the horizon. Counted as concurrency instead,
+    # decode waiters would size the pool for a burst that clears in a second (Azure code's OSL is 28) with
+    # replicas that take two minutes to start.
     return replace(load, rate_rps=load.rate_rps + queue / horizon_s) if queue > 0 else load
 
 

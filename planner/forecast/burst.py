@@ -6,8 +6,9 @@ nothing about how the load moves, so it is taken out before the coefficient of v
 
     cv = sqrt(max(0, var(rates) - mean(rates) / window_s)) / mean(rates)
 
-On the suite's traces over 10 minutes (README, issue 13): Azure conv 0.10 at the median, ServeGen 0.15, the
-two synthetic mixes 0.19, Azure code 0.94 (its load is on/off from one minute to the next).
+Over 10 minutes it sets the suite's steady scenarios far apart from Azure code, whose load is on/off from one
+minute to the next (README, "Scale-down rules for steady traffic, and one seed's luck", has the medians;
+``planner bench seeds`` prints them).
 """
 
 from __future__ import annotations

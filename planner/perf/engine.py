@@ -35,7 +35,8 @@ class EngineModel:
         Each chunk costs its marginal time on the prompt's own curve (as ``prefill_batch_s``: later chunks
         attend to a longer prefix), and each chunk is an iteration that pays the fixed cost, so a prompt of n
         chunks takes ttft(isl) + (n - 1) x the fixed cost. (Pricing every chunk as a fresh ``chunk_tokens``
-        prompt left out the prefix attention: 2.6 s instead of 6.6 s for an 85k prompt of Llama-3.1-8B.)
+        prompt would leave out the prefix attention: 2.6 s instead of 6.6 s for an 85k prompt of
+        Llama-3.1-8B.)
         """
         tokens = max(1.0, isl)
         chunks = max(1, math.ceil(tokens / self.chunk_tokens))

@@ -42,7 +42,8 @@ class Efficiency:
 
 
 # Fitted by planner.profiler.calibrate on shared/measurements/h200/qwen3-8b.json (least squares on log
-# error, step overhead bounded at 300 us to keep per-layer costs per layer): median error 1.9 %, worst 8 %.
+# error, step overhead bounded at 300 us to keep per-layer costs per layer). The errors that leaves are
+# README's, "The analytical ("rapid") model" (`planner bench profile`).
 CALIBRATED = Efficiency()
 
 

@@ -36,10 +36,10 @@ CLIENT_LAG_SHARE = 0.1  # the client's median event-loop lag above this share of
 # The client's steady-window ITL against the server's own mean over the same runs (vLLM's exact histogram
 # _sum/_count). The server's mean also counts the slow steps that carry the other streams' prefill chunks
 # while the batch fills, so it sits above the steady ITL: by ~2.4x at batch 16 x context 2,048 on the CPU
-# build, by up to ~7x for the largest GPU grid points. A client reading under a tenth of it saw chunks that
-# arrived merged (a starved client: 0.03 ms against vLLM's 4.2 ms, docs/fidelity.md). A client cannot receive
-# tokens more slowly than the server makes them without falling behind, so a reading well above the mean (1.5x;
-# batch-1 readings 2-3x vLLM's own ITL were seen on a starved machine) was set by the client, not the server.
+# build, by up to ~7x for the largest GPU grid points. A client reading under a tenth of it is chunks that
+# arrived merged (a starved client). A client cannot receive tokens more slowly than the server makes them
+# without falling behind, so a reading well above the mean (1.5x) was set by the client, not the server.
+# docs/fidelity.md, change 5 of "What was off in the simulator", has the readings behind both bounds.
 SERVER_ITL_FLOOR = 0.1
 # A decode batch starts on an idle server (endpoint_server.wait_idle): at most this long for the streams of an
 # earlier run, closed early by the client, to be aborted by the server.

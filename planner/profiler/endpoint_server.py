@@ -217,7 +217,7 @@ async def wait_idle(client: httpx.AsyncClient, timeout_s: float, poll_s: float =
 
     A batch must start on an idle server: streams a previous run closed early are aborted by the server only
     when it notices, and at ``--max-num-seqs`` equal to the batch one of them left running queues the
-    newest stream, so the point reads as "queued" (seen with vLLM's CPU build in CI)."""
+    newest stream, so the point reads as "queued" (vLLM's CPU build does this)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         now = await counters(client)

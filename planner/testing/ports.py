@@ -2,11 +2,11 @@
 
 A port from ``bind(0)`` comes out of the kernel's ephemeral range, the same range every outgoing connection
 and every other ``bind(0)`` draws from. Between picking it and the service binding it (Prometheus is started
-first so that the controller can be given its URL), a client connection of another thread could take it:
-CI saw the controller fail to start on a port that was free when it was picked. So ports are drawn at random
-from below the ephemeral range (which outgoing connections never use), checked bindable, and never handed
-out twice by this process. Under pytest-xdist each worker process draws from its own share of that range
-(PYTEST_XDIST_WORKER gwN of PYTEST_XDIST_WORKER_COUNT), so two workers never pick the same port.
+first so that the controller can be given its URL), a client connection of another thread could take it,
+and the controller then fails to start on a port that was free when it was picked. So ports are drawn at
+random from below the ephemeral range (which outgoing connections never use), checked bindable, and never
+handed out twice by this process. Under pytest-xdist each worker process draws from its own share of that
+range (PYTEST_XDIST_WORKER gwN of PYTEST_XDIST_WORKER_COUNT), so two workers never pick the same port.
 """
 from __future__ import annotations
 

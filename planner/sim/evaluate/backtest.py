@@ -172,9 +172,8 @@ def offline_search(ctx: BaselineContext, config: SimConfig, replays: dict[str, R
     ``seed_groups`` (extra runs by name, not reported; their replays are in ``replays`` too).
 
     Each group of extra seeds gets a search of its own and the cheapest result is kept: the greedy trim ends
-    where its start leads, and when they shared one search with the rest (suite, 2026-12-01), a cheap planner
-    seed near the target won the start and left the yardstick 7 % costlier on azure-conv than the usual
-    start did."""
+    where its start leads, so in one shared search a cheap seed near the target can win the start and leave
+    the yardstick costlier than the usual start would (README, "Simulator and backtests", Frontiers)."""
     extra = {name: run for group in seed_groups for name, run in group.items()}
     named = [(run[0].name, run) for run in runs] + list(extra.items())
     intervals = [int(round(c.interval_s)) for _, (c, _, _) in named]

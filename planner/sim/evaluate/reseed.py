@@ -2,12 +2,12 @@
 
 The offline search starts from every policy the backtest ran, from the planner's cheaper quantiles and from
 the planner fed the true load with its scale-down unrestricted. A frontier point it never saw can still beat
-what it found: the quick suite's long-lognormal, dynamo-throughput at utilisation 0.6 (96.25 % on 2.30 GPU-h
-against the schedule's 95.5 % on more). The yardstick is then broken at that point. So the dominating
-points' own schedules seed one more search, in a group of their own (offline.py's greedy trim ends where
-its start leads). Its result replaces the reference when it meets the target on fewer GPU-hours, which it
-always can: each seed already attains at least the reference's attainment, and a seed replays its policy
-exactly. What was built from the old schedule (static holds its peak) is replayed against the new one.
+what it found (README, "Simulator and backtests", Frontiers, has one from the quick suite). The yardstick is
+then broken at that point. So the dominating points' own schedules seed one more search, in a group of their
+own (offline.py's greedy trim ends where its start leads). Its result replaces the reference when it meets
+the target on fewer GPU-hours, which it always can: each seed already attains at least the reference's
+attainment, and a seed replays its policy exactly. What was built from the old schedule (static holds its
+peak) is replayed against the new one.
 """
 
 from __future__ import annotations

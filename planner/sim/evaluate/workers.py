@@ -2,8 +2,8 @@
 
 A plain fork copies every lock in the state it is in at that instant; a lock another thread held (a
 progress bar's refresh, a log pump writing to stdout, an engine client) stays held in the child forever,
-and the first worker that touches it hangs the whole pool without an error (CI, 2026-12-01: a frontier pool
-forked from the test process). The forkserver start method forks each worker from a small server process
+and the first worker that touches it hangs the whole pool without an error (e.g. a frontier pool forked
+from a test process). The forkserver start method forks each worker from a small server process
 that has no other threads, so nothing is inherited mid-use; the workers get their job by pickling (once per
 worker, in the pool's initializer).
 

@@ -1,6 +1,6 @@
 """Shared helpers for tests that need a real Prometheus, fake exporters or a fault-injection server.
 
-A test module uses them with ``from prom_fixtures import ...`` (tests/ is on sys.path under pytest).
+A test module uses them with ``from tests.support.prom_fixtures import ...``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class PromEnv:
 
     def take(self, n: int = 1) -> list[Slot]:
         if len(self._free) < n:
-            raise RuntimeError("out of Prometheus slots: raise SLOTS in tests/prom_fixtures.py")
+            raise RuntimeError("out of Prometheus slots: raise SLOTS in tests/support/prom_fixtures.py")
         out, self._free = self._free[:n], self._free[n:]
         return out
 

@@ -15,7 +15,7 @@ from planner.profiler.analytical import profile_analytical
 from planner.profiler.grids import SweepRequest
 from planner.testing.ports import free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def analytical_profile(model: str, tp: tuple[int, ...], path: Path) -> Profile:

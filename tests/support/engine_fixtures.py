@@ -1,6 +1,6 @@
 """Client helpers for tests against a real vLLM server (OpenAI-compatible HTTP API and /metrics).
 
-A test module uses them with ``from engine_fixtures import ...`` (tests/ is on sys.path under pytest).
+A test module uses them with ``from tests.support.engine_fixtures import ...``.
 Every request goes through ``Ledger`` so that a test can compare the server's cumulative metrics with
 exactly what all tests of the module sent.
 """

@@ -1,8 +1,7 @@
 """Helpers for tests of the process actuator, the router and the closed loop on local engines.
 
-``from process_fixtures import ...`` (tests/ is on sys.path under pytest). Stand-in engines are
-`planner emulate` processes (OpenAI API + vLLM metrics, ready in a few seconds); the closed-loop engine
-tests use real vLLM instead.
+``from tests.support.process_fixtures import ...``. Stand-in engines are `planner emulate` processes (OpenAI
+API + vLLM metrics, ready in a few seconds); the closed-loop engine tests use real vLLM instead.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EMULATED_PROFILE = REPO / "profiles" / "h200" / "qwen3-0.6b.json"
 
 

@@ -14,7 +14,7 @@ from planner.policy_file import PolicyFile, parse_policy
 from planner.profile import load_profile
 from planner.types import QUANTILES, Decision, Forecast, LoadForecast, Observation, PoolObservation, Reason
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "policies" / "example.yaml"
 PROFILE = load_profile(REPO / "profiles" / "h200" / "qwen3-32b.json")
 ISL, OSL = 1155.0, 211.0
