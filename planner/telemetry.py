@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from planner.signals import SignalStatus
-from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason
+from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason, SlaBudget
 
 # leader: the Lease cannot be taken or renewed (403, unreachable) or a write was refused because it may have
 # expired; seed: the targets' spec.replicas could not be read before the first decision; event: a Kubernetes
@@ -65,6 +65,21 @@ class PlannerMetrics:
                                    "sizes.", pp, registry=r)
         self.calibration_factor = Gauge("planner_calibration_factor", "Observed/predicted correction "
                                         "applied to the profile.", ["policy", "factor"], registry=r)
+        self.headroom_quantile = Gauge("planner_headroom_quantile", "The forecast quantile the pools were "
+                                       "sized at: sla.lean_quantile while the error budget is healthy, "
+                                       "forecast.quantile otherwise.", ["policy"], registry=r)
+        self.sla_budget_remaining = Gauge("planner_sla_budget_remaining", "Share of the SLA window's allowed "
+                                          "misses left (1: none spent; below 0: overspent); with "
+                                          "sla.budget_control.", ["policy"], registry=r)
+        self.sla_burn_rate = Gauge("planner_sla_burn_rate", "Miss share over the window divided by the share "
+                                   "the SLA allows (1: the budget lasts exactly sla.window_s); window is short "
+                                   "(5 min) or long (1 h).", ["policy", "window"], registry=r)
+        self.sla_attainment = Gauge("planner_sla_attainment", "Share of requests that met the SLA over "
+                                    "sla.window_s, as the controller measured it.", ["policy"], registry=r)
+        self.model_bias = Gauge("planner_model_bias", "Realised latency at the SLA percentile over the latency "
+                                "the sizing model predicted for the sizes in force (1: it spends what it sizes "
+                                "for; 0.5: it delivers half the target); signal is ttft or itl.",
+                                ["policy", "signal"], registry=r)
         self.last_decision_reason = Gauge("planner_last_decision_reason", "1 for each reason of the last "
                                           "decision, 0 for the others.", ["policy", "reason"], registry=r)
         self.decisions = Counter("planner_decisions", "Decisions by reason.", ["policy", "reason"], registry=r)
@@ -150,8 +165,10 @@ def _set(gauge: Gauge, labels: Mapping[str, str], value: float | None, scale: fl
 
 
 def record_decision(metrics: PlannerMetrics, policy: str, decision: Decision,
-                    forecast: LoadForecast | None = None, observation: Observation | NoData | None = None) -> None:
-    """Export one tick's decision, the forecast it used and the observation it saw."""
+                    forecast: LoadForecast | None = None, observation: Observation | NoData | None = None,
+                    in_force: Decision | None = None) -> None:
+    """Export one tick's decision, the forecast it used and the observation it saw; ``in_force``: the
+    decision whose sizes served that observation's window (the previous tick's), for the model's bias."""
     reasons = set(decision.reasons)
     for pool, d in decision.pools.items():
         labels = {"policy": policy, "pool": pool}
@@ -172,13 +189,42 @@ def record_decision(metrics: PlannerMetrics, policy: str, decision: Decision,
         if key.endswith("_factor") and isinstance(value, int | float):
             _set(metrics.calibration_factor, {"policy": policy, "factor": key.removesuffix("_factor")},
                  float(value))
+    headroom = decision.detail.get("headroom_quantile")
+    _set(metrics.headroom_quantile, {"policy": policy}, float(headroom) if isinstance(headroom, int | float) else None)
     if forecast is not None:
         record_forecast(metrics, policy, forecast)
     if observation is not None:
         record_observation(metrics, policy, observation, decision)
+        if isinstance(observation, Observation) and in_force is not None:
+            record_model_bias(metrics, policy, observation, in_force)
+
+
+def record_model_bias(metrics: PlannerMetrics, policy: str, observation: Observation, in_force: Decision) -> None:
+    """Realised at the SLA percentile / predicted by the decision in force, per signal (as a backtest's
+    model_bias, one interval at a time); no series where either is unknown."""
+    for signal in ("ttft", "itl"):
+        ratio = None
+        for pool, d in in_force.pools.items():
+            predicted = d.predicted_ttft_ms if signal == "ttft" else d.predicted_itl_ms
+            o = observation.pools.get(pool)
+            if predicted is None or predicted <= 0 or o is None:
+                continue
+            realised = o.ttft_ms_at_sla if signal == "ttft" else o.itl_ms_at_sla
+            ratio = realised / predicted if realised is not None else None
+        _set(metrics.model_bias, {"policy": policy, "signal": signal}, ratio)
+
+
+def record_budget(metrics: PlannerMetrics, policy: str, budget: SlaBudget | None) -> None:
+    """The error budget as the controller measured it (no series while unknown)."""
+    labels = {"policy": policy}
+    _set(metrics.sla_budget_remaining, labels, budget.remaining if budget else None)
+    _set(metrics.sla_attainment, labels, budget.attainment if budget else None)
+    _set(metrics.sla_burn_rate, {**labels, "window": "short"}, budget.burn_short if budget else None)
+    _set(metrics.sla_burn_rate, {**labels, "window": "long"}, budget.burn_long if budget else None)
 
 
 def record_forecast(metrics: PlannerMetrics, policy: str, forecast: LoadForecast) -> None:
+    record_budget(metrics, policy, forecast.sla_budget)
     for signal, f in (("rate_rps", forecast.rate_rps), ("isl_tokens", forecast.isl_tokens),
                       ("osl_tokens", forecast.osl_tokens)):
         _set(metrics.forecast_mean, {"policy": policy, "signal": signal}, f.mean if f.ok else None)

@@ -39,6 +39,7 @@ class AlertParams:
     actuate_for: str = "5m"
     not_ready_for: str = "5m"
     leader_for: str = "2m"
+    budget_fast_burn: float = 2.0  # the controller's short-window burn rate (decide/error_budget.FAST_BURN)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,22 @@ def _burn(p: AlertParams, speed: str) -> Alert:
         "Check the planner's decision reasons (ceiling, budget, sla_infeasible, no_data_hold) and whether "
         "ready replicas lag desired ones (pods pending, models loading).",
         (short_q, long_q))
+
+
+def _error_budget(p: AlertParams) -> Alert:
+    """The controller's own measure of the SLA's error budget (sla.budget_control): burning fast means it
+    has already gone back to conservative sizing; the alert says so to a person."""
+    short = f'{series(M.sla_burn_rate)}{{window="short"}}'
+    long_ = f'{series(M.sla_burn_rate)}{{window="long"}}'
+    return Alert(
+        "PlannerErrorBudgetBurningFast", f"({short} > {p.budget_fast_burn:g}) and on (policy) ({long_} > 1)",
+        p.fast_for, "warning",
+        "{{ $labels.policy }} is spending its SLA error budget fast",
+        f"The share of requests missing the SLA over the last 5 min is more than {p.budget_fast_burn:g} times "
+        "what the policy's percentile allows, and over the last hour more than the allowance: the planner "
+        "sizes at forecast.quantile again (reason budget_burning). If it persists, look for what limits the "
+        "pools (reasons ceiling, budget, sla_infeasible) or a profile that is optimistic (planner_model_bias).",
+        (f"max by (policy) ({series(M.sla_burn_rate)})",))
 
 
 def _controller(p: AlertParams) -> list[Alert]:
@@ -134,7 +151,7 @@ def _health(p: AlertParams) -> list[Alert]:
 
 def alerts(p: AlertParams | None = None) -> list[Alert]:
     p = p or AlertParams()
-    return [_burn(p, "fast"), _burn(p, "slow"), *_controller(p), *_scaling(p), *_health(p)]
+    return [_burn(p, "fast"), _burn(p, "slow"), _error_budget(p), *_controller(p), *_scaling(p), *_health(p)]
 
 
 def rule_groups(p: AlertParams | None = None) -> dict[str, Any]:

@@ -89,6 +89,28 @@ def _latency() -> Row:
     ))
 
 
+def _error_budget() -> Row:
+    return Row("Error budget (sla.budget_control)", (
+        Panel("Budget left", (Query(sel(M.sla_budget_remaining), "{{policy}}"),), width=4, unit="percentunit",
+              min_value=None, thresholds=((None, "red"), (0.25, "orange"), (0.5, "green")),
+              description="Share of the SLA window's allowed misses left, as the controller measures it "
+                          "(under 0.25 it stops leaning)."),
+        Panel("Burn rate", (Query(sel(M.sla_burn_rate), "{{window}} {{policy}}"),), width=5, unit="short",
+              thresholds=((None, "green"), (1, "orange"), (2, "red")),
+              description="Miss share over the window / the share the SLA allows: 1 spends the budget exactly "
+                          "over sla.window_s; short above 2 (or long above 1) sends the planner back to "
+                          "forecast.quantile."),
+        Panel("Measured attainment", (Query(sel(M.sla_attainment), "{{policy}}"),), width=5, unit="percentunit",
+              min_value=None, description="Share of requests within both targets over sla.window_s (from the "
+                                          "engines' histograms; an estimate, see docs/deploy.md)."),
+        Panel("Headroom in force", (Query(sel(M.headroom_quantile), "{{policy}}"),), width=4, unit="short",
+              description="The forecast quantile the pools are sized at."),
+        Panel("Sizing model bias", (Query(sel(M.model_bias), "{{signal}} {{policy}}"),), width=6, unit="short",
+              description="Realised latency at the SLA percentile / the latency the model predicted for the "
+                          "sizes in force: 1 spends what it sizes for, below 1 the model is pessimistic."),
+    ))
+
+
 def _decisions() -> Row:
     return Row("Decisions", (
         Panel("Last decision reasons", (Query(f"{sel(M.last_decision_reason)} == 1", "{{reason}}"),),
@@ -174,7 +196,7 @@ def board() -> Board:
     policy = f"label_values({series(M.ready)}, policy)"
     pool = f'label_values({series(M.desired_replicas)}{{policy=~"$policy"}}, pool)'
     return Board(UID, "Planner: SLA autoscaling (prefill / decode)",
-                 (_load(), _replicas(), _latency(), _decisions(), _signals(), _controller(),
+                 (_load(), _replicas(), _latency(), _error_budget(), _decisions(), _signals(), _controller(),
                   _process_actuator(), _router()),
                  (datasource_variable(), query_variable("policy", "Policy", policy),
                   query_variable("pool", "Pool", pool)),

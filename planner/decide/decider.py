@@ -136,6 +136,8 @@ def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Poo
         "ttft_unservable_share": sized[spec.mode.ttft_pool].unservable_share,
         "scale_down_rules": "steady" if spec.policy.behavior.is_steady(rate_cv) else "hedge",
     }
+    if dem.quantile is not None:
+        detail = {**detail, "headroom_quantile": dem.quantile}
     if rate_cv is not None:
         detail = {**detail, "rate_cv": rate_cv}
     decision = Decision(now_s, pools, _dedupe(r for p in spec.pools for r in pools[p].reasons),

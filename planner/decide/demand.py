@@ -48,6 +48,7 @@ class Demand:
     reasons: tuple[Reason, ...]
     zero: bool  # zero traffic measured as zero and forecast as zero
     isl_mix: LengthMix | None = None  # the prompt-length mix's shape (None: exponential around the mean)
+    quantile: float | None = None  # the forecast quantile sized at (the error budget's headroom)
 
     def for_pool(self, pool: Pool) -> Load:
         return {Pool.PREFILL: self.prefill, Pool.DECODE: self.decode}.get(pool, self.load)
@@ -154,7 +155,7 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     if spec.policy.mode is Mode.DISAGGREGATED and not zero:
         p_load = _with_backlog(p_load, _queue(obs, Pool.PREFILL), spec.horizon_s)
         d_load = _with_backlog(d_load, _queue(obs, Pool.DECODE), spec.horizon_s)
-    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast))
+    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q)
 
 
 def _mix(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -> LengthMix | None:

@@ -140,6 +140,7 @@ class ControlLoop:
         self.elector = elector
         self.events = events
         self.decisions = decisions if decisions is not None else DecisionLog()
+        self.in_force: Decision | None = None  # the last decision exported: the sizes serving this window
         self.logger = logger
         self.actuator_kind = actuator_kind or policy.actuator.kind
         self.profile = profile
@@ -239,7 +240,9 @@ class ControlLoop:
             problem = self.elector.problem if self.elector is not None else None
             return TickResult(now_s, observation, decision, leader=leader,
                               error=held or (f"leader: {problem}" if problem else None))
-        record_decision(self.metrics, self.name, decision, self.controller.last_forecast, observation)
+        record_decision(self.metrics, self.name, decision, self.controller.last_forecast, observation,
+                        in_force=self.in_force)
+        self.in_force = decision  # its sizes serve the next window (the model's bias is read against it)
         return self._apply(decision, observation, now_s)
 
     def _apply(self, decision: Decision, observation: Observation | NoData, now_s: float) -> TickResult:
