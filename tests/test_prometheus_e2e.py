@@ -194,6 +194,80 @@ def test_resolution_on_vllm_buckets_through_prometheus(prom_env: PromEnv, fake_h
             (75, 100), True, (750, 1000), True)
 
 
+def counts_around(values_s: list[float], bounds: tuple[float, ...], target_ms: float) -> tuple[int, int, int]:
+    """(at the bound below the target, at the bound above it, at the target): the interpolated met lies
+    between the first two, within the bucket's count of the true one (the last: what the engine saw)."""
+    t = target_ms / 1e3
+    lower = max((b for b in bounds if b < t), default=0.0)
+    upper = min((b for b in bounds if b >= t), default=lower)  # past the last bound: the +Inf bucket is missed
+    return (sum(1 for v in values_s if 0 < lower and v <= lower), sum(1 for v in values_s if v <= upper),
+            sum(1 for v in values_s if v <= t))
+
+
+def test_attainment_from_known_latencies(prom_env: PromEnv, fake_http) -> None:  # noqa: F811
+    busy, idle, coarse = prom_env.take(3)
+    # 20 requests: TTFT 12 x 50 ms, 6 x 200 ms, 2 x 600 ms; 200 token gaps: 150 x 20 ms, 40 x 45 ms, 10 x 300 ms.
+    ttft = (0.05,) * 12 + (0.2,) * 6 + (0.6,) * 2
+    itl = (0.02,) * 150 + (0.045,) * 40 + (0.3,) * 10
+    fake_http(busy.port, vllm_exposition(success=20, ttft=ttft, itl=itl, ttft_bounds=TTFT_BUCKETS_S,
+                                         itl_bounds=ITL_BUCKETS_S))
+    fake_http(idle.port, vllm_exposition(ttft_bounds=TTFT_BUCKETS_S, itl_bounds=ITL_BUCKETS_S))
+    # Bounds 0.1, 0.5, 1 s: a 1.5 s target is past the last finite bound, where the 1.2 s request is unknown.
+    fake_http(coarse.port, vllm_exposition(success=5, ttft=(0.05,) * 3 + (1.2, 2.0)))
+    success_total(prom_env, busy.selector, 20)
+    success_total(prom_env, coarse.selector, 5)
+    prom_env.wait_for(f"vllm:num_requests_running{idle.selector}", bool)
+    pools = {"busy": busy.selector, "idle": idle.selector, "coarse": coarse.selector}
+
+    def read(targets: dict[str, float] | None) -> dict:
+        obs = PrometheusSource(prom_env.url, "vllm", pools, targets_ms=targets).read(30.0, time.time())
+        assert isinstance(obs, Observation), obs
+        return {name: (p.ttft_counted, p.ttft_met, p.itl_counted, p.itl_met) for name, p in obs.pools.items()}
+
+    between = read({"ttft": 200.0, "itl": 40.0})  # (100, 250] ms and (25, 50] ms: interpolated
+    # 12 + 6 * (200 - 100) / (250 - 100) = 16 met (18 did: the 200 ms ones sit at the bucket's top);
+    # 150 + 40 * (40 - 25) / (50 - 25) = 174 gaps met (150 did: the 45 ms ones are past 40 ms).
+    assert between["busy"] == pytest.approx((20, 16, 200, 174))
+    for signal, values, bounds, target, (counted, met) in (
+            ("ttft", ttft, TTFT_BUCKETS_S, 200.0, between["busy"][:2]),
+            ("itl", itl, ITL_BUCKETS_S, 40.0, between["busy"][2:])):
+        lo, hi, true_met = counts_around(list(values), bounds, target)
+        assert counted == len(values) and lo <= met <= hi and abs(met - true_met) <= hi - lo, signal
+    assert between["idle"] == (0, 0, 0, 0)  # the histograms exist and counted nothing: measured zero
+    on_bounds = read({"ttft": 250.0, "itl": 50.0})  # exact on a bound (le is inclusive)
+    assert on_bounds["busy"] == (20, 18, 200, 190)
+    assert read({"ttft": 1500.0})["coarse"] == (5, 3, None, None)  # 1.2 s and 2 s in +Inf: counted as missed
+    assert read(None)["busy"] == (None,) * 4  # no target: not measured
+
+
+def test_attainment_of_requests_served_by_the_emulator(prom_env: PromEnv) -> None:  # noqa: F811
+    (slot,) = prom_env.take(1)
+    server, app = emulator(slot.port, "aggregated")
+    n = 12
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            for job in [pool.submit(send, server.url, i, 4 + 2 * i, chat=i % 2 == 0) for i in range(n)]:
+                job.result()
+        success_total(prom_env, slot.selector, n)
+        engine = app.state.engine
+        ttft_s, itl_s = sorted(engine.ttft_s), sorted(engine.itl_s)
+        targets = {"ttft": max(1e-3, 1e3 * ttft_s[n // 2]), "itl": max(1e-3, 1e3 * itl_s[len(itl_s) // 2])}
+        obs = PrometheusSource(prom_env.url, "vllm", {"aggregated": slot.selector}, targets_ms=targets).read(
+            30.0, time.time())
+    finally:
+        server.stop()
+    assert isinstance(obs, Observation), obs
+    p = obs.pools["aggregated"]
+    # ITL counts token gaps, not requests: every generated token after the first is one observation.
+    assert len(itl_s) == sum(s.generation_tokens - 1 for s in engine.served)
+    assert (p.ttft_counted, p.itl_counted) == (n, len(itl_s))
+    for signal, values, bounds, met in (("ttft", ttft_s, TTFT_BUCKETS_S, p.ttft_met),
+                                        ("itl", itl_s, ITL_BUCKETS_S, p.itl_met)):
+        lo, hi, true_met = counts_around(values, bounds, targets[signal])
+        assert met is not None and lo - 1e-9 <= met <= hi + 1e-9, (signal, met, lo, hi)
+        assert abs(met - true_met) <= hi - lo + 1e-9, (signal, met, true_met, lo, hi)
+
+
 def test_one_pool_missing(prom_env: PromEnv, fake_http) -> None:  # noqa: F811
     pre, dec = prom_env.take(2)
     fake_http(pre.port, vllm_exposition(success=3))

@@ -181,3 +181,52 @@ def test_resolution_is_not_assessed_without_a_target_or_buckets() -> None:
 def test_a_bucket_bound_without_a_bound_is_a_bad_response(metric: dict) -> None:
     got = read(healthy() + [{"metric": metric, "value": [NOW, "1"]}])
     assert isinstance(got, NoData) and got.reason == NoDataReason.BAD_RESPONSE and "le" in got.detail
+
+
+def counts(pool: str, signal: str, cumulative: dict[float, float | str]) -> list[dict]:
+    """The ``{signal}_buckets`` answer: the window's cumulative count per bound, the bound in ``le``."""
+    return [{"metric": {POOL_LABEL: pool, Q_LABEL: f"{signal}_buckets", "le": "+Inf" if le == math.inf else repr(le)},
+             "value": [NOW, str(c)]} for le, c in cumulative.items()]
+
+
+# healthy(): 10 TTFTs and 490 token gaps in the window. TTFT: 8 at or under 0.1 s, all 10 under 0.25 s;
+# ITL: 400 gaps at or under 25 ms, 480 at or under 50 ms, 10 past the last bound.
+TTFT_COUNTS = {0.1: 8, 0.25: 10, math.inf: 10}
+ITL_COUNTS = {0.025: 400, 0.05: 480, math.inf: 490}
+ATTAINMENT = [
+    # (id, extra rows, healthy() overrides, targets, (ttft_counted, ttft_met, itl_counted, itl_met))
+    ("between-bounds", TTFT_COUNTS, ITL_COUNTS, {}, {"ttft": 200.0, "itl": 40.0},
+     (10, 8 + 2 * (0.2 - 0.1) / (0.25 - 0.1), 490, 400 + 80 * (0.04 - 0.025) / (0.05 - 0.025))),
+    ("on-bounds", TTFT_COUNTS, ITL_COUNTS, {}, {"ttft": 100.0, "itl": 50.0}, (10, 8, 490, 480)),
+    ("past-the-last-bound", TTFT_COUNTS, ITL_COUNTS, {}, {"ttft": 1000.0, "itl": 100.0}, (10, 10, 490, 480)),
+    ("no-targets", TTFT_COUNTS, ITL_COUNTS, {}, {}, (None,) * 4),
+    ("only-an-itl-target", TTFT_COUNTS, ITL_COUNTS, {}, {"itl": 50.0}, (None, None, 490, 480)),
+    ("no-bucket-series", {}, {}, {}, {"ttft": 200.0, "itl": 40.0}, (None,) * 4),
+    ("empty-window", {0.1: 0, math.inf: 0}, {}, {"ttft_count": 0, "itl_count": 0, "ttft_sum": 0, "itl_sum": 0},
+     {"ttft": 200.0, "itl": 40.0}, (0, 0, 0, 0)),
+    ("nan-bucket", {0.1: "NaN", math.inf: 10}, ITL_COUNTS, {}, {"ttft": 200.0, "itl": 40.0},
+     (None, None, 490, 400 + 80 * 0.6)),
+]
+
+
+@pytest.mark.parametrize(("ttft", "itl", "over", "targets", "want"), [a[1:] for a in ATTAINMENT],
+                         ids=[a[0] for a in ATTAINMENT])
+def test_attainment_from_the_window_bucket_counts(ttft: dict, itl: dict, over: dict, targets: dict,
+                                                  want: tuple) -> None:
+    rows = healthy(**over) + counts("prefill", "ttft", ttft) + counts("prefill", "itl", itl)
+    obs = parse_read(rows, VLLM, ("prefill",), W, NOW, STALE, targets)
+    assert isinstance(obs, Observation), obs
+    p = obs.pools["prefill"]
+    got = (p.ttft_counted, p.ttft_met, p.itl_counted, p.itl_met)
+    assert [g is None for g in got] == [w is None for w in want]
+    assert tuple(g for g in got if g is not None) == pytest.approx(tuple(w for w in want if w is not None))
+
+
+def test_attainment_on_every_pool_with_a_target() -> None:
+    rows = (healthy("prefill") + counts("prefill", "ttft", TTFT_COUNTS)
+            + healthy("decode") + counts("decode", "itl", ITL_COUNTS))
+    obs = parse_read(rows, VLLM, ("prefill", "decode"), W, NOW, STALE, {"ttft": 100.0, "itl": 50.0})
+    assert isinstance(obs, Observation), obs
+    pre, dec = obs.pools["prefill"], obs.pools["decode"]
+    assert (pre.ttft_counted, pre.ttft_met, pre.itl_counted, pre.itl_met) == (10, 8, None, None)
+    assert (dec.ttft_counted, dec.ttft_met, dec.itl_counted, dec.itl_met) == (None, None, 490, 480)

@@ -73,6 +73,11 @@ def test_signals_per_dialect(name: str) -> None:
     assert sig["fresh"].startswith(f"count(count by ({d.replica_label}) (timestamp(")
     assert sig["ttft_le"] == f'group by (le) (last_over_time({d.ttft_histogram}_bucket{{role="decode"}}[60000ms]))'
     assert sig["itl_le"].startswith("group by (le) (")
+    # The window's cumulative counts per bound, for SLA attainment: the same expression the quantiles read.
+    delta = window_delta(f"{d.ttft_histogram}_bucket", '{role="decode"}', "60000ms")
+    assert sig["ttft_buckets"] == f"sum by (le) ({delta})"
+    assert sig["ttft_p95"] == f"histogram_quantile(0.95, {sig['ttft_buckets']})"
+    assert sig["itl_buckets"].startswith("sum by (le) (")
 
 
 def test_latency_is_also_read_at_the_policys_percentile() -> None:

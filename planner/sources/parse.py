@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.sources.attainment import attainment
 from planner.sources.dialects import Dialect
 from planner.sources.promql import BOUNDS_SUFFIX, COUNTS_SUFFIX, POOL_LABEL, Q_LABEL, QUANTILES, SLA_LABEL
 from planner.sources.resolution import Resolution, bracket
@@ -32,7 +33,8 @@ class _Problem:
 class PoolSamples:
     values: dict[str, float] = field(default_factory=dict)  # signal -> its one sample
     bounds: dict[str, list[float]] = field(default_factory=dict)  # ttft/itl -> the histogram's bucket bounds (s)
-    counts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # isl -> (le, cumulative count)
+    # isl/ttft/itl -> the window's (le, cumulative count) samples
+    counts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 def samples_by_pool(result: Any, pools: Sequence[str]) -> dict[str, PoolSamples]:
@@ -127,6 +129,8 @@ def _pool(d: Dialect, pool: str, got: PoolSamples, window_s: float, now_s: float
         if isinstance(problem, _Problem):
             return problem
     assert isinstance(started, float) and isinstance(lat, dict) and not isinstance(kv, _Problem)
+    ttft_counted, ttft_met = _attained("ttft", got.counts, need, targets_ms)
+    itl_counted, itl_met = _attained("itl", got.counts, need, targets_ms)
     return PoolObservation(
         requests=started,
         rate_rps=started / window_s,
@@ -139,6 +143,7 @@ def _pool(d: Dialect, pool: str, got: PoolSamples, window_s: float, now_s: float
         ready_replicas=int(vals.get("fresh", 0.0)),
         isl_buckets=per_bucket(got.counts.get("isl", ())),
         **_resolutions(got.bounds, targets_ms),
+        ttft_counted=ttft_counted, ttft_met=ttft_met, itl_counted=itl_counted, itl_met=itl_met,
     )
 
 
@@ -208,9 +213,29 @@ def _resolutions(bounds: Mapping[str, list[float]], targets_ms: Mapping[str, flo
     return out
 
 
+def _attained(signal: str, counts: Mapping[str, Sequence[tuple[float, float]]], got: Mapping[str, float],
+              targets_ms: Mapping[str, float]) -> tuple[float | None, float | None]:
+    """PoolObservation's ``{signal}_counted, {signal}_met``: the window's ``_count`` increase and how many of
+    those observations were at or under the SLA target, interpolated between the bucket bounds around it
+    (attainment.py states the precision; ``*_p95_resolution`` is that bucket's width over the target). Every
+    pool with a target and a histogram gets them; the error budget reads TTFT's on the pool that sets TTFT
+    and ITL's on the pool that sets ITL. (None, None) without a target or without usable buckets.
+
+    What ITL counts: vLLM's ``inter_token_latency_seconds`` observes every token gap, not each request's mean
+    ITL, so ``itl_counted`` / ``itl_met`` are token gaps and token gaps within the target - a per-token
+    proxy for the per-request ITL SLA, weighted by output length: a long request counts once per gap, and
+    one slow gap in a request that meets its SLA on average counts as a miss. SGLang's and Dynamo's ITL
+    histograms are observed as tokens stream too (per gap or per chunk; not checked per build). Only
+    TRT-LLM's stand-in (TPOT, Dialect.itl_note) observes once per request: there they are requests.
+    """
+    measured = attainment(got.get(f"{signal}_count"), counts.get(signal, ()), targets_ms.get(signal))
+    return measured if measured is not None else (None, None)
+
+
 def parse_read(result: Any, d: Dialect, pools: Sequence[str], window_s: float, now_s: float,
                stale_after_s: float, targets_ms: Mapping[str, float] | None = None) -> Observation | NoData:
-    """``targets_ms``: the SLA targets ({"ttft": ms, "itl": ms}) whose bucket resolution each pool reports."""
+    """``targets_ms``: the SLA targets ({"ttft": ms, "itl": ms}) whose bucket resolution and attainment
+    (``*_counted``, ``*_met``) each pool reports."""
     try:
         by_pool = samples_by_pool(result, pools)
     except BadResponse as exc:

@@ -34,7 +34,8 @@ class PrometheusSource:
                  targets_ms: Mapping[str, float] | None = None, auth: PromAuth | None = None,
                  sla_percentile: float = 95.0) -> None:
         """``targets_ms``: SLA targets by signal ({"ttft": ms, "itl": ms}); each pool of a read then reports
-        how finely its histogram buckets resolve them (PoolObservation.*_p95_resolved, resolution.py).
+        how finely its histogram buckets resolve them (PoolObservation.*_p95_resolved, resolution.py) and
+        how many of the window's observations met them (*_counted, *_met, attainment.py).
         ``auth``: credentials, TLS and headers (auth.py); ``headers`` are added to its own.
         ``sla_percentile``: the policy's; each pool's TTFT and ITL are also read at it (``*_at_sla``)."""
         import requests

@@ -28,7 +28,8 @@ Q_LABEL = "planner_q"
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
 SLA_LABEL = "sla"  # ttft_sla, itl_sla: the quantile at the policy's SLA percentile (calibration reads it)
 BOUNDS_SUFFIX = "_le"  # ttft_le, itl_le: the signals answered with one sample per bucket bound
-COUNTS_SUFFIX = "_buckets"  # isl_buckets: one sample per bucket bound, its value the window's cumulative count
+# isl/ttft/itl_buckets: one sample per bucket bound, its value the window's cumulative count
+COUNTS_SUFFIX = "_buckets"
 
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"^\{{(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?\}}$")
@@ -100,6 +101,8 @@ def pool_signals(d: Dialect, sel: str, window_s: float, now_s: float, stale_afte
         buckets = f"sum by (le) ({window_delta(hist + '_bucket', sel, w)})"
         for label, q in (*QUANTILES, (SLA_LABEL, sla_quantile)):
             out[f"{name}_{label}"] = f"histogram_quantile({q:g}, {buckets})"
+        # The window's cumulative count per bound: how many met the SLA target (attainment.py).
+        out[f"{name}{COUNTS_SUFFIX}"] = buckets
         # The bucket layout (one sample per upper bound, tagged with its ``le``): how finely the
         # quantiles resolve an SLA target (resolution.py).
         out[f"{name}{BOUNDS_SUFFIX}"] = f"group by (le) (last_over_time({hist}_bucket{sel}[{w}]))"
