@@ -1,5 +1,5 @@
 """What the operator sees of each scale: Kubernetes Events on the target, write conflicts counted, and a
-concurrent writer's replicas not overwritten. Real actuator and client against tests/fake_kube.py."""
+concurrent writer's replicas not overwritten. Real actuator and client against tests/support/fake_kube.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Found against a real API server: a fresh controller took "current" from the read
 empty scale-down window, so Deployments at 5 went 5 -> 1 on its first tick, and a new leader after a
 failover wrote 3 -> 2 at once. Seeded, each pool starts at spec.replicas with a full scale-down window:
 nothing goes below it before ``stabilization_window_s`` has passed, and then only as fast as the rate
-policy allows. The actuator is the real one, through the official client, against tests/fake_kube.py.
+policy allows. The actuator is the real one, through the official client, against tests/support/fake_kube.py.
 """
 
 from __future__ import annotations

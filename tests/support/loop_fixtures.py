@@ -2,7 +2,7 @@
 actuator, `planner route`'s router, and a real Prometheus that scrapes the engines through the actuator's
 file_sd targets.json and the controller's own /metrics.
 
-``from loop_fixtures import ClosedLoop`` (tests/ is on sys.path under pytest).
+``from tests.support.loop_fixtures import ClosedLoop``.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def tiny_cpu_profile(path: Path) -> Path:
         "hardware": {"gpu": "cpu", "memory_bytes": 64e6, "hbm_bytes_per_s": 10e9, "bf16_flops": 100e9,
                      "link_bytes_per_s": 1e9, "nic_gbps": 10.0, "source": "hand-made for the engine tests"},
         "provenance": {"backend": "analytical", "created_at": "2026-12-01T00:00:00+00:00", "planner_version": "0.1.0",
-                       "notes": "hand-made (tests/loop_fixtures.py): a known decision from real metrics"},
+                       "notes": "hand-made (tests/support/loop_fixtures.py): a known decision from real metrics"},
         "prefill": [{"tp": 1, "gpus": 1, "points": [{"isl": i, "ttft_ms": ms, "tokens_per_s_per_gpu": i / ms * 1e3}
                                                     for i, ms in prefill]}],
         "decode": [{"tp": 1, "gpus": 1, "kv_capacity_tokens": 65536, "max_batch": 16,
