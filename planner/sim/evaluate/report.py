@@ -161,7 +161,7 @@ def calibration_plot(result: BacktestResult) -> Any:
         data = [ratios(rep.timeline, rep.score_from_s, signal) for rep in predicting.values()]
         shown = [(name, d) for name, d in zip(predicting, data, strict=True) if len(d)]
         if shown:
-            ax.boxplot([d for _, d in shown], vert=False, showfliers=True, whis=(10, 90))
+            ax.boxplot([d for _, d in shown], orientation="horizontal", showfliers=True, whis=(10, 90))
             ax.set_yticks(range(1, len(shown) + 1), [f"{n} (median {np.median(d):.2f})" for n, d in shown])
         ax.axvline(1.0, color="k", ls="--", lw=1, label="realised = predicted")
         ax.set_xscale("log")
