@@ -99,3 +99,28 @@ def waits(max_servers: int, rate_rps: float, service_s: float, scv: float, perce
         out.append(Wait(k, rho, c_prob, wait_quantile_s(c_prob, k, rate_rps, service_s, scv, percentile)))
     return out
 
+
+def smallest_meeting(meets: Callable[[int], bool], lower: int, ceiling: int) -> int | None:
+    """Smallest ``c`` in ``[lower, ceiling]`` with ``meets(c)`` (None if none does), for a predicate monotone in
+    ``c`` (once a size meets it, every larger one does).
+
+    The bracket comes from doubling up from ``lower`` and bisection closes it: O(log c) calls of ``meets``
+    where a scan makes O(c) calls. Example: an answer of 700 above a lower bound of 10 takes the bound, 7
+    doublings (20 ... 1,280) and 10 bisection steps: 18 calls where a scan makes 691.
+    """
+    if lower > ceiling:
+        return None
+    if meets(lower):
+        return lower
+    fails = lower
+    while True:  # bracket: double until a size meets it
+        if fails >= ceiling:
+            return None
+        hi = min(max(2 * fails, fails + 1), ceiling)
+        if meets(hi):
+            break
+        fails = hi
+    while hi - fails > 1:  # meets(fails) is False, meets(hi) is True
+        mid = (fails + hi) // 2
+        fails, hi = (fails, mid) if meets(mid) else (mid, hi)
+    return hi
