@@ -8,21 +8,21 @@ the replica's batch and the batch's mean context.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.decide.prefill_mix import prefill_mix, queueing_fits, smallest_pool_for_mix, ttft_quantile_s
-from planner.decide.queueing import Wait, smallest_pool, wait_at, wait_quantiles_s
+from planner.decide.prefill_mix import PromptTimes, prompt_times
+from planner.decide.queueing import (
+    INFEASIBLE_UTILISATION,
+    Wait,
+    smallest_meeting,
+    smallest_pool,
+    wait_at,
+    waits,
+)
 from planner.decide.sizing_model import SizingModel
 from planner.perf.engine import EngineModel
-from planner.perf.kv import transfer_s
 from planner.types import LengthMix, Reason
-
-# Request ISLs are modelled as exponentially distributed around the forecast mean: it is the maximum-entropy
-# choice for a known mean, and close to the Azure traces' tails (conv: mean 1,155, p99 4,142 = 3.6x mean;
-# an exponential's p99 is 4.6x mean), so it errs on the safe side.
-ISL_CV = 1.0
-# Sizing for a hotter pool than this when the SLA cannot be met at all only builds unbounded queues.
-INFEASIBLE_UTILISATION = 0.8
 
 
 @dataclass(frozen=True)
@@ -45,45 +45,21 @@ class Sizing:
 
 
 # --------------------------------------------------------------------------------------------- prefill
-def _isl_at(model: SizingModel, isl_mean: float) -> float:
-    """ISL at the SLA percentile for exponentially distributed prompts: mean * -ln(1 - p)."""
-    return isl_mean * -math.log(1.0 - model.percentile)
-
-
-def _service(model: SizingModel, engine: EngineModel, isl_mean: float) -> tuple[float, float]:
-    """Mean prefill service time and its squared coefficient of variation for exponential ISLs.
-
-    The service time is affine in ISL (s = s0 + k * isl), so its variance is k^2 var(ISL) and its cv shrinks
-    with the fixed part s0: a 150 ms prompt whose fixed part is 20 ms has cs^2 = (130/150)^2 = 0.75.
-    """
-    s = model.prefill_s(engine, max(1.0, isl_mean))
-    s0 = model.prefill_s(engine, 1.0)
-    variable = max(0.0, s - s0)
-    return s, (variable / s) ** 2 * ISL_CV**2 if s > 0 else 0.0
-
-
-def _ttft_fixed_s(model: SizingModel, engine: EngineModel, isl_mean: float, with_transfer: bool) -> float:
-    """TTFT at the percentile without queueing: the prompt's compute, its KV transfer, the first decode step."""
-    isl_p = _isl_at(model, isl_mean)
-    t = model.prefill_s(engine, isl_p) + model.itl_target_ms / 1e3
-    if with_transfer:
-        t += transfer_s(isl_p, model.kv_bytes_per_token, model.link_bytes_per_s)
-    return t
+def _prefill_prompts(model: SizingModel, load: Load, mix: LengthMix | None) -> PromptTimes:
+    # At zero load the exponential's prompt at the percentile has always been floored at one token (a mix is).
+    isl = load.isl_tokens if load.rate_rps > 0 else max(1.0, load.isl_tokens)
+    return prompt_times(model, model.engine, mix, isl, True)
 
 
 def prefill_ttft_ms(model: SizingModel, load: Load, replicas: int, factor: float = 1.0,
                     mix: LengthMix | None = None) -> float:
-    """Predicted TTFT at the SLA percentile for a prefill pool of ``replicas`` (inf when overloaded); with the
-    prompt-length ``mix``, over its buckets (planner/decide/prefill_mix.py), else exponential around the mean."""
-    if mix is not None:
-        pm = prefill_mix(model, model.engine, mix, load.isl_tokens, True)
-        return factor * 1e3 * ttft_quantile_s(pm, max(1, replicas) if load.rate_rps <= 0 else replicas,
-                                              load.rate_rps, model.percentile)
-    if load.rate_rps <= 0:
-        return factor * 1e3 * _ttft_fixed_s(model, model.engine, max(1.0, load.isl_tokens), True)
-    s, scv = _service(model, model.engine, load.isl_tokens)
-    w = wait_at(replicas, load.rate_rps, s, scv, model.percentile)
-    return factor * 1e3 * (w.quantile_s + _ttft_fixed_s(model, model.engine, load.isl_tokens, True))
+    """Predicted TTFT at the SLA percentile for a prefill pool of ``replicas`` (inf when overloaded); over the
+    prompt-length ``mix`` (planner/decide/prefill_mix.py), else exponential around the mean. At zero load a
+    pool of at least one replica serves the prompt without waiting."""
+    prompts = _prefill_prompts(model, load, mix)
+    servers = max(1, replicas) if load.rate_rps <= 0 else replicas
+    wait = wait_at(servers, load.rate_rps, prompts.mean_s, prompts.scv, model.percentile)
+    return factor * 1e3 * prompts.ttft_s(wait, load.rate_rps, model.percentile)
 
 
 def prefill_ttft_mean_ms(model: SizingModel, load: Load, replicas: int, mix: LengthMix | None = None,
@@ -92,78 +68,47 @@ def prefill_ttft_mean_ms(model: SizingModel, load: Load, replicas: int, mix: Len
     _sum/_count gives, for calibration where its buckets cannot resolve a percentile. The mean M/G/c wait is
     C(c, a) x (1 + cs^2) / 2 / (c mu - lambda) (Allen-Cunneen)."""
     engine = model.aggregated if aggregated else model.engine
-    if mix is not None:
-        pm = prefill_mix(model, engine, mix, load.isl_tokens, not aggregated)
-        s, scv = pm.mean_s, pm.scv
-        fixed = sum(w * (x + f) for w, x, f in zip(pm.weights, pm.service_s, pm.fixed_s, strict=True))
-    else:
-        s, scv = _service(model, engine, max(1.0, load.isl_tokens))
-        isl = max(1.0, load.isl_tokens)
-        fixed = s + model.itl_target_ms / 1e3 + (0.0 if aggregated else transfer_s(
-            isl, model.kv_bytes_per_token, model.link_bytes_per_s))
+    prompts = prompt_times(model, engine, mix, load.isl_tokens, not aggregated)
+    s, scv = prompts.mean_s, prompts.scv
     w = wait_at(replicas, load.rate_rps, s, scv, model.percentile)
     if replicas <= 0 or w.utilisation >= 1.0:
         return math.inf
     drain = replicas / s - load.rate_rps if s > 0 else math.inf
     wait = w.p_wait * (1.0 + scv) / 2.0 / drain if drain > 0 and load.rate_rps > 0 else 0.0
-    return 1e3 * (wait + fixed)
+    return 1e3 * (wait + prompts.mean_ttft_s)
 
 
 def prefill_ttft_table_ms(model: SizingModel, load: Load, max_replicas: int, factor: float = 1.0,
                           mix: LengthMix | None = None) -> list[float]:
     """Predicted TTFT for every prefill pool size 0..max_replicas (one pass; for the budget split)."""
-    if mix is not None:
-        return [prefill_ttft_ms(model, load, c, factor, mix) for c in range(max_replicas + 1)]
     if load.rate_rps <= 0:
-        return [prefill_ttft_ms(model, load, 0, factor)] * (max_replicas + 1)
-    s, scv = _service(model, model.engine, load.isl_tokens)
-    fixed_s = _ttft_fixed_s(model, model.engine, load.isl_tokens, True)
-    return [factor * 1e3 * (w + fixed_s) for w in wait_quantiles_s(max_replicas, load.rate_rps, s, scv,
-                                                                    model.percentile)]
+        return [prefill_ttft_ms(model, load, 1, factor, mix)] * (max_replicas + 1)
+    prompts = _prefill_prompts(model, load, mix)
+    return [factor * 1e3 * prompts.ttft_s(w, load.rate_rps, model.percentile)
+            for w in waits(max_replicas, load.rate_rps, prompts.mean_s, prompts.scv, model.percentile)]
 
 
 def size_prefill(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000,
                  mix: LengthMix | None = None) -> Sizing:
-    """Smallest prefill pool whose TTFT percentile (queueing + compute + KV transfer + first step) meets the SLA."""
+    """Smallest prefill pool whose TTFT percentile (queueing + compute + KV transfer + first step) meets the SLA.
+
+    The prompts' rules are tried in order (prefill_mix.py): the first pool size that meets one is the answer.
+    Requests no pool can serve in time are counted (unservable_share), not chased; when no size meets any rule,
+    the pool asks for what throughput needs and the ceiling clamps it.
+    """
     if load.rate_rps <= 0:
         return Sizing(0.0, 0, prefill_ttft_ms(model, load, 0, factor, mix))
-    if mix is not None:
-        return _size_prefill_mix(model, load, factor, ceiling, mix)
-    s, scv = _service(model, model.engine, load.isl_tokens)
-    fixed_s = _ttft_fixed_s(model, model.engine, load.isl_tokens, True)
-    budget_s = model.ttft_target_ms / 1e3 / factor - fixed_s
-    reasons: list[Reason] = []
-    w: Wait | None = None
-    if budget_s > 0:
-        w = smallest_pool(load.rate_rps, s, scv, model.percentile, lambda x: x.quantile_s <= budget_s,
-                          ceiling=ceiling)
-    if w is None:
-        # The prompt alone misses the target, so no pool meets it; add no queueing on top. This is the limit of
-        # the feasible rule as the budget shrinks to 0, so longer prompts never get fewer replicas than
-        # slightly shorter, still-feasible ones (a plain utilisation cap gave 1 replica where 2 met the SLA).
-        reasons.append(Reason.SLA_INFEASIBLE)
-        w = smallest_pool(load.rate_rps, s, scv, model.percentile,
-                          lambda x: x.quantile_s <= 0.0 and x.utilisation <= INFEASIBLE_UTILISATION,
-                          ceiling=ceiling)
-    if w is None:  # even the ceiling cannot keep up: ask for what throughput needs, the ceiling will clamp
-        need = load.rate_rps * s / INFEASIBLE_UTILISATION
-        return Sizing(need, math.ceil(need), math.inf, (*reasons,))
-    return Sizing(float(w.servers), w.servers, factor * 1e3 * (w.quantile_s + fixed_s), (*reasons,))
-
-
-def _size_prefill_mix(model: SizingModel, load: Load, factor: float, ceiling: int, mix: LengthMix) -> Sizing:
-    """As size_prefill, over the prompt-length mix: requests no pool can serve in time are counted (reason
-    sla_infeasible when they alone break the percentile), not chased."""
-    pm = prefill_mix(model, model.engine, mix, load.isl_tokens, True)
+    prompts = _prefill_prompts(model, load, mix)
     target_s = model.ttft_target_ms / 1e3 / factor
-    unservable = pm.infeasible_share(target_s)
-    reasons = (Reason.SLA_INFEASIBLE,) if unservable >= 1.0 - model.percentile else ()
-    w = smallest_pool_for_mix(pm, load.rate_rps, target_s, model.percentile, ceiling)
-    if w is None:  # even the ceiling cannot keep up: ask for what throughput needs, the ceiling will clamp
-        need = load.rate_rps * pm.mean_s / INFEASIBLE_UTILISATION
-        return Sizing(need, math.ceil(need), math.inf, reasons, unservable_share=unservable)
-    predicted = factor * 1e3 * ttft_quantile_s(pm, w.servers, load.rate_rps, model.percentile)
-    return Sizing(float(w.servers), w.servers, predicted, reasons, unservable_share=unservable)
+    unservable = prompts.unservable_share(target_s)
+    rules = prompts.rules(load.rate_rps, target_s, model.percentile)
+    for rule in rules:
+        w = smallest_pool(load.rate_rps, prompts.mean_s, prompts.scv, model.percentile, rule.fits, ceiling=ceiling)
+        if w is not None:
+            predicted = factor * 1e3 * prompts.ttft_s(w, load.rate_rps, model.percentile)
+            return Sizing(float(w.servers), w.servers, predicted, rule.reasons, unservable_share=unservable)
+    need = load.rate_rps * prompts.mean_s / INFEASIBLE_UTILISATION
+    return Sizing(need, math.ceil(need), math.inf, rules[-1].reasons, unservable_share=unservable)
 
 
 # ---------------------------------------------------------------------------------------------- decode
@@ -295,62 +240,70 @@ def aggregated_latency_ms(model: SizingModel, load: Load, replicas: int, ttft_fa
     1/(1-u), and a prompt waits for a free slot of the replica's prefill capacity (M/G/c with the prefill
     service time).
     """
-    engine = model.aggregated
     if replicas <= 0:
         return math.inf, math.inf
-    pm = prefill_mix(model, engine, mix, load.isl_tokens, False) if mix is not None else None
-    s, scv = (pm.mean_s, pm.scv) if pm is not None else _service(model, engine, max(1.0, load.isl_tokens))
-    u = load.rate_rps * s / replicas
-    if u >= 1.0:
+    prompts = prompt_times(model, model.aggregated, mix, load.isl_tokens, False)
+    itl = _aggregated_itl_ms(model, load, replicas, itl_factor, prompts)
+    if itl is None:
         return math.inf, math.inf
+    wait = wait_at(replicas, load.rate_rps, prompts.mean_s, prompts.scv, model.percentile)
+    return ttft_factor * 1e3 * prompts.ttft_s(wait, load.rate_rps, model.percentile), itl
+
+
+def _aggregated_itl_ms(model: SizingModel, load: Load, replicas: int, itl_factor: float,
+                       prompts: PromptTimes) -> float | None:
+    """ITL at the percentile of an aggregated pool of ``replicas`` >= 1 (None: prompts alone fill it, or the
+    batch does not fit)."""
+    engine = model.aggregated
+    u = load.rate_rps * prompts.mean_s / replicas
+    if u >= 1.0:
+        return None
     batch, itl = decode_batch(model, load, replicas, max(model.itl_target_ms / itl_factor, 1e-3), itl_factor,
                              engine)
     if batch > min(engine.decode.max_batch, engine.decode.kv_batch_limit(_kv_context(load))):
-        return math.inf, math.inf
-    itl = itl / (1.0 - u)
-    if pm is not None:
-        return ttft_factor * 1e3 * ttft_quantile_s(pm, replicas, load.rate_rps, model.percentile), itl_factor * itl
-    w = wait_at(replicas, load.rate_rps, s, scv, model.percentile)
-    ttft = 1e3 * (w.quantile_s + _ttft_fixed_s(model, engine, load.isl_tokens, False))
-    return ttft_factor * ttft, itl_factor * itl
+        return None
+    return itl_factor * (itl / (1.0 - u))
+
+
+def _aggregated_meets(model: SizingModel, load: Load, itl_factor: float, prompts: PromptTimes,
+                      ttft_fits: Callable[[Wait], bool]) -> Callable[[int], bool]:
+    """Whether an aggregated pool of c replicas meets the ITL target and, by its wait, the TTFT rule."""
+    def meets(c: int) -> bool:
+        itl = _aggregated_itl_ms(model, load, c, itl_factor, prompts)
+        return (itl is not None and itl <= model.itl_target_ms
+                and ttft_fits(wait_at(c, load.rate_rps, prompts.mean_s, prompts.scv, model.percentile)))
+    return meets
 
 
 def size_aggregated(model: SizingModel, load: Load, ttft_factor: float = 1.0, itl_factor: float = 1.0,
                     ceiling: int = 100_000, mix: LengthMix | None = None) -> Sizing:
+    """Smallest aggregated pool whose ITL meets its target and whose wait meets the prompts' TTFT rule.
+
+    Searched by doubling up from a lower bound (Little's concurrency over the largest batch meeting the ITL
+    target, and the prompts' offered load) and bisection: about 2 log2(c) sizes tried where a scan tried every
+    one, each an O(c) Erlang C (a scan of an infeasible load to the 100,000 ceiling took about 20 minutes:
+    1.1 s to 3,000, growing as the square).
+    """
     if load.rate_rps <= 0:
         t, i = aggregated_latency_ms(model, load, 1, ttft_factor, itl_factor, mix)
         return Sizing(0.0, 0, t, (), i)
-    if mix is not None:
-        return _size_aggregated_mix(model, load, ttft_factor, itl_factor, ceiling, mix)
     engine, ctx = model.aggregated, _context(load)
-    b = max(1, min(_largest_batch(model, engine, model.itl_target_ms / itl_factor, ctx),
-                   engine.decode.kv_batch_limit(_kv_context(load))))
-    s, _ = _service(model, engine, load.isl_tokens)
-    _, n_p = in_flight(model, load, itl_factor * model.itl_ms(engine, 1, ctx))
-    start = max(1, math.ceil(n_p / b), math.ceil(load.rate_rps * s))
-    for c in range(start, ceiling + 1):
-        t, i = aggregated_latency_ms(model, load, c, ttft_factor, itl_factor)
-        if t <= model.ttft_target_ms and i <= model.itl_target_ms:
-            return Sizing(float(c), c, t, (), i)
-    need = max(float(start), load.rate_rps * s / INFEASIBLE_UTILISATION)
-    return Sizing(need, math.ceil(need), math.inf, (Reason.SLA_INFEASIBLE,), math.inf)
-
-
-def _size_aggregated_mix(model: SizingModel, load: Load, ttft_factor: float, itl_factor: float, ceiling: int,
-                         mix: LengthMix) -> Sizing:
-    """As size_aggregated, with TTFT judged over the prompt-length mix (prefill_mix.queueing_fits)."""
-    engine, ctx = model.aggregated, _context(load)
-    pm = prefill_mix(model, engine, mix, load.isl_tokens, False)
+    prompts = prompt_times(model, engine, mix, load.isl_tokens, False)
     target_s = model.ttft_target_ms / 1e3 / ttft_factor
-    reasons = (Reason.SLA_INFEASIBLE,) if pm.infeasible_share(target_s) >= 1.0 - model.percentile else ()
-    fits = queueing_fits(pm, load.rate_rps, target_s, model.percentile)
+    rule = next((r for r in prompts.rules(load.rate_rps, target_s, model.percentile) if not r.last_resort), None)
     b = max(1, min(_largest_batch(model, engine, model.itl_target_ms / itl_factor, ctx),
                    engine.decode.kv_batch_limit(_kv_context(load))))
     _, n_p = in_flight(model, load, itl_factor * model.itl_ms(engine, 1, ctx))
-    start = max(1, math.ceil(n_p / b), math.ceil(load.rate_rps * pm.mean_s))
-    for c in range(start, ceiling + 1):
-        t, i = aggregated_latency_ms(model, load, c, ttft_factor, itl_factor, mix)
-        if i <= model.itl_target_ms and fits(wait_at(c, load.rate_rps, pm.mean_s, pm.scv, model.percentile)):
-            return Sizing(float(c), c, t, reasons, i, pm.infeasible_share(target_s))
-    need = max(float(start), load.rate_rps * pm.mean_s / INFEASIBLE_UTILISATION)
-    return Sizing(need, math.ceil(need), math.inf, (Reason.SLA_INFEASIBLE,), math.inf)
+    start = max(1, math.ceil(n_p / b), math.ceil(load.rate_rps * prompts.mean_s))
+
+    # Bisection finds what a scan finds because meeting the SLA is monotone in c, for one reason: a replica
+    # more only divides the same load more ways. The prompt share u = rate x S / c, the batch per replica
+    # (Little's concurrency / c) and Erlang C at the same offered load all fall as c grows, and every latency
+    # the model predicts rises with them. tests/test_decide_sizing_search.py checks it against a scan.
+    c = None if rule is None else smallest_meeting(_aggregated_meets(model, load, itl_factor, prompts, rule.fits),
+                                                   start, ceiling)
+    if rule is None or c is None:
+        need = max(float(start), load.rate_rps * prompts.mean_s / INFEASIBLE_UTILISATION)
+        return Sizing(need, math.ceil(need), math.inf, (Reason.SLA_INFEASIBLE,), math.inf)
+    t, i = aggregated_latency_ms(model, load, c, ttft_factor, itl_factor, mix)
+    return Sizing(float(c), c, t, rule.reasons, i, prompts.unservable_share(target_s))

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 # Utilisation above which the model is not trusted (heavy-traffic waits explode and the trace's burstiness
 # dominates): a pool is never sized hotter than this.
 MAX_UTILISATION = 0.95
+# Sizing for a hotter pool than this when the SLA cannot be met at all only builds unbounded queues.
+INFEASIBLE_UTILISATION = 0.8
 
 
 @dataclass(frozen=True)
@@ -80,20 +82,45 @@ def wait_at(servers: int, rate_rps: float, service_s: float, scv: float, percent
     return Wait(servers, rho, c_prob, wait_quantile_s(c_prob, servers, rate_rps, service_s, scv, percentile))
 
 
-def wait_quantiles_s(max_servers: int, rate_rps: float, service_s: float, scv: float,
-                     percentile: float) -> list[float]:
-    """Waiting-time quantile for every pool size 0..max_servers in one O(max_servers) pass (budget split)."""
-    out = [math.inf]
+def waits(max_servers: int, rate_rps: float, service_s: float, scv: float, percentile: float) -> list[Wait]:
+    """``wait_at`` for every pool size 0..max_servers in one O(max_servers) pass (the budget split's table)."""
+    out = [wait_at(0, rate_rps, service_s, scv, percentile)]
     if rate_rps <= 0 or service_s <= 0:
-        return out + [0.0] * max_servers
+        return out + [wait_at(k, rate_rps, service_s, scv, percentile) for k in range(1, max_servers + 1)]
     a = rate_rps * service_s
     b = 1.0
     for k in range(1, max_servers + 1):
-        b = a * b / (k + a * b)
+        b = a * b / (k + a * b)  # the recurrence wait_at runs up to k, so each entry is wait_at(k) exactly
         rho = a / k
         if rho >= 1.0:
-            out.append(math.inf)
+            out.append(Wait(k, rho, 1.0, math.inf))
             continue
         c_prob = b / (1.0 - rho * (1.0 - b))
-        out.append(wait_quantile_s(c_prob, k, rate_rps, service_s, scv, percentile))
+        out.append(Wait(k, rho, c_prob, wait_quantile_s(c_prob, k, rate_rps, service_s, scv, percentile)))
     return out
+
+
+def smallest_meeting(meets: Callable[[int], bool], lower: int, ceiling: int) -> int | None:
+    """Smallest ``c`` in ``[lower, ceiling]`` with ``meets(c)`` (None if none does), for a predicate monotone in
+    ``c`` (once a size meets it, every larger one does).
+
+    The bracket comes from doubling up from ``lower`` and bisection closes it: O(log c) calls of ``meets``
+    where a scan makes O(c) calls. Example: an answer of 700 above a lower bound of 10 takes the bound, 7
+    doublings (20 ... 1,280) and 10 bisection steps: 18 calls where a scan makes 691.
+    """
+    if lower > ceiling:
+        return None
+    if meets(lower):
+        return lower
+    fails = lower
+    while True:  # bracket: double until a size meets it
+        if fails >= ceiling:
+            return None
+        hi = min(max(2 * fails, fails + 1), ceiling)
+        if meets(hi):
+            break
+        fails = hi
+    while hi - fails > 1:  # meets(fails) is False, meets(hi) is True
+        mid = (fails + hi) // 2
+        fails, hi = (fails, mid) if meets(mid) else (mid, hi)
+    return hi
