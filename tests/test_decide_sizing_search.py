@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from test_decide_support import free_policy, spec
 
 from planner.decide.capacity import (
     Load,
@@ -29,6 +28,7 @@ from planner.decide.prefill_mix import (
 from planner.decide.queueing import smallest_meeting, wait_at, waits
 from planner.decide.sizing_model import SizingModel
 from planner.types import LengthMix, Reason
+from tests.support.decide_support import free_policy, spec
 
 MODELS = {"p95-1s-40ms": spec(free_policy()).model,
           "p99-300ms-25ms": spec(free_policy(sla={"ttft_ms": 300, "itl_ms": 25, "percentile": 99})).model}
