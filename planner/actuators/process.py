@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planner.actuators.drain import RouterView, drain
 from planner.actuators.errors import ActuationError
@@ -34,6 +35,9 @@ from planner.actuators.replica import Replica, ephemeral_range, port_is_free, su
 from planner.actuators.settings import ActuatorSettings
 from planner.config import Policy
 from planner.types import Applied
+
+if TYPE_CHECKING:
+    from planner.telemetry import PlannerMetrics
 
 log = logging.getLogger("planner.actuators.process")
 
@@ -81,7 +85,8 @@ class _Backoff:
 
 
 class ProcessActuator:
-    def __init__(self, settings: ProcessSettings, metrics=None, logger: logging.Logger = log) -> None:  # noqa: ANN001
+    def __init__(self, settings: ProcessSettings, metrics: PlannerMetrics | None = None,
+                 logger: logging.Logger = log) -> None:
         from planner.telemetry import PlannerMetrics
 
         self.settings = settings
@@ -115,7 +120,7 @@ class ProcessActuator:
 
     @classmethod
     def from_policy(cls, policy: Policy, actuator: ActuatorSettings, in_flight_gauges: tuple[str, ...],
-                    metrics=None) -> ProcessActuator:  # noqa: ANN001 - planner.telemetry.PlannerMetrics
+                    metrics: PlannerMetrics | None = None) -> ProcessActuator:
         return cls(ProcessSettings.from_policy(policy, actuator, in_flight_gauges), metrics)
 
     # ------------------------------------------------------------------------------------------ apply
