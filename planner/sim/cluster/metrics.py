@@ -70,11 +70,8 @@ class SimMetricSource:
     def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
 
-    def latency(self, window_s: float, now_s: float) -> tuple[tuple[float, float, float, float] | None,
-                                                              tuple[float, float, float, float] | None]:
-        """(TTFT p50, p95, mean, at the SLA percentile) and the same for ITL, in ms over the window, or None
-        when empty."""
-        pct = self.c.config.sla_percentile
+    def ttfts_ms(self, window_s: float, now_s: float) -> np.ndarray:
+        """TTFT (ms) of the requests whose first token came in (now - window, now]."""
         log = self.c.log
         lo_t = now_s - window_s
         lo = bisect_left(log.arrival_s, lo_t - TTFT_LOOKBACK_S)
@@ -83,48 +80,39 @@ class SimMetricSource:
         arr = np.asarray(log.arrival_s[lo:hi], dtype=np.float64)
         with np.errstate(invalid="ignore"):
             mask = (first > lo_t) & (first <= now_s)
-        ttft = _pcts((first[mask] - arr[mask]) * 1e3, None, pct)
-        a = bisect_right(log.token_gaps, (lo_t, math.inf, 0))
+        return (first[mask] - arr[mask]) * 1e3
+
+    def token_gaps(self, window_s: float, now_s: float) -> np.ndarray:
+        """(time, gap s, tokens) rows of the token gaps that ended in (now - window, now]."""
+        log = self.c.log
+        a = bisect_right(log.token_gaps, (now_s - window_s, math.inf, 0))
         b = bisect_right(log.token_gaps, (now_s, math.inf, 0))
-        if b > a:
-            seg = np.asarray(log.token_gaps[a:b], dtype=np.float64)
-            itl = _pcts(seg[:, 1] * 1e3, seg[:, 2], pct)
-        else:
-            itl = None
+        return np.asarray(log.token_gaps[a:b], dtype=np.float64).reshape(-1, 3)
+
+    def latency(self, window_s: float, now_s: float) -> tuple[tuple[float, float, float, float] | None,
+                                                              tuple[float, float, float, float] | None]:
+        """(TTFT p50, p95, mean, at the SLA percentile) and the same for ITL, in ms over the window, or None
+        when empty."""
+        pct = self.c.config.sla_percentile
+        ttft = _pcts(self.ttfts_ms(window_s, now_s), None, pct)
+        seg = self.token_gaps(window_s, now_s)
+        itl = _pcts(seg[:, 1] * 1e3, seg[:, 2], pct) if len(seg) else None
         return ttft, itl
 
     def within_targets(self, window_s: float, now_s: float) -> dict[str, float | None]:
         """The window's requests whose first token came in it and how many met the TTFT target; its token gaps
         and how many were within the ITL target (per token, as an engine's ITL histogram counts them)."""
-        cfg, log = self.c.config, self.c.log
+        cfg = self.c.config
         out: dict[str, float | None] = {"ttft_counted": None, "ttft_met": None, "itl_counted": None, "itl_met": None}
-        lo_t = now_s - window_s
         if cfg.sla_ttft_ms is not None:
-            lo = bisect_left(log.arrival_s, lo_t - TTFT_LOOKBACK_S)
-            hi = bisect_right(log.arrival_s, now_s)
-            first = np.asarray(log.first_token_s[lo:hi], dtype=np.float64)
-            arr = np.asarray(log.arrival_s[lo:hi], dtype=np.float64)
-            with np.errstate(invalid="ignore"):
-                mask = (first > lo_t) & (first <= now_s)
-            ttft_ms = (first[mask] - arr[mask]) * 1e3
+            ttft_ms = self.ttfts_ms(window_s, now_s)
             out["ttft_counted"] = float(len(ttft_ms))
             out["ttft_met"] = float(np.count_nonzero(ttft_ms <= cfg.sla_ttft_ms))
         if cfg.sla_itl_ms is not None:
-            a = bisect_right(log.token_gaps, (lo_t, math.inf, 0))
-            b = bisect_right(log.token_gaps, (now_s, math.inf, 0))
-            seg = np.asarray(log.token_gaps[a:b], dtype=np.float64).reshape(-1, 3)
+            seg = self.token_gaps(window_s, now_s)
             out["itl_counted"] = float(seg[:, 2].sum())
             out["itl_met"] = float(seg[seg[:, 1] * 1e3 <= cfg.sla_itl_ms, 2].sum())
         return out
-
-    def first_tokens(self, window_s: float, now_s: float) -> int:
-        """Requests whose first token came in (now - window, now] (how many the window's TTFT is over)."""
-        log = self.c.log
-        lo = bisect_left(log.arrival_s, now_s - window_s - TTFT_LOOKBACK_S)
-        hi = bisect_right(log.arrival_s, now_s)
-        first = np.asarray(log.first_token_s[lo:hi], dtype=np.float64)
-        with np.errstate(invalid="ignore"):
-            return int(np.count_nonzero((first > now_s - window_s) & (first <= now_s)))
 
     def completions(self, window_s: float, now_s: float) -> Completions:
         """Requests whose last token came in (now - window, now]; those that waited longer than the look-back

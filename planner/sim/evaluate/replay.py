@@ -106,6 +106,6 @@ def _sample(cluster: Cluster, source: SimMetricSource, t: float, window_s: float
     row["itl_ms_p50"], row["itl_ms_p95"] = (itl[0], itl[1]) if itl else (math.nan, math.nan)
     row["ttft_ms_at_sla"] = ttft[3] if ttft else math.nan
     row["itl_ms_at_sla"] = itl[3] if itl else math.nan
-    row["first_tokens"] = float(source.first_tokens(window_s, t))
+    row["first_tokens"] = float(len(source.ttfts_ms(window_s, t)))
     row["gpus"] = sum(row[f"{p}.gpus"] for p in cluster.pools)
     return row
