@@ -3,6 +3,7 @@ input, and the quick suite end to end."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -69,27 +70,50 @@ def test_long_context_profile_takes_every_synthetic_request() -> None:
         check_trace(scenarios.synthetic(mix, 0.0, 600.0), prof, SimConfig())  # raises if one does not fit
 
 
-def _report(planner: tuple[float, float], perfect: tuple[float, float]) -> dict:
+def _report(planner: tuple[float, float], perfect: tuple[float, float], static_h: float = 20.0,
+            yesterday_h: float | None = None) -> dict:
     def entry(a: float, g: float) -> dict:
         return {"attainment_joint": a, "gpu_hours": g}
-    return {"references": {"offline": entry(0.995, 10.0), "lower_bound": {"gpu_hours": 5.0}},
-            "policies": {"planner": entry(*planner), "planner+perfect-forecast": entry(*perfect)}}
+    policies = {"planner": entry(*planner), "planner+perfect-forecast": entry(*perfect), "static": entry(0.999, static_h)}
+    if yesterday_h is not None:
+        policies["static-yesterday"] = entry(0.999, yesterday_h)
+    return {"references": {"offline": entry(0.955, 10.0), "lower_bound": {"gpu_hours": 5.0}},
+            "sla": {"percentile": 95.0}, "policies": policies}
+
+
+FRONTIER_ABOVE = {"comparisons": [{"policy": "planner", "other": o, "range": [0.9, 0.999], "above_everywhere": True,
+                                   "not_above": [], "neither_reaches_from": None}
+                                  for o in ("dynamo-throughput", "dynamo-load")]}
 
 
 @pytest.mark.parametrize(("planner", "perfect", "met"), [
-    ((0.99, 11.5), (0.99, 10.5), (True, True)),  # at the lines: 99 % (the cap) at 1.15x and 1.05x
-    ((0.989, 11.0), (0.99, 10.6), (False, False)),  # under 99 %; over 1.05x
-    ((0.999, 11.6), (0.995, 9.0), (False, True)),  # over 1.15x
+    ((0.95, 11.0), (0.95, 10.5), (True, True)),  # at the lines: the SLA's 95 % at 1.10x and 1.05x
+    ((0.949, 10.0), (0.95, 10.6), (False, False)),  # under the SLA's percentile; over 1.05x
+    ((0.999, 11.1), (0.995, 9.0), (False, True)),  # over 1.10x
 ], ids=["at-the-lines", "attainment-and-perfect-ratio", "planner-ratio"])
 def test_targets_met_or_missed(planner: tuple[float, float], perfect: tuple[float, float],
                                met: tuple[bool, bool]) -> None:
-    frontier = {"comparisons": [{"policy": "planner", "other": o, "range": [0.9, 0.999], "above_everywhere": True,
-                                 "not_above": [], "neither_reaches_from": None}
-                                for o in ("dynamo-throughput", "dynamo-load")]}
+    frontier = copy.deepcopy(FRONTIER_ABOVE)
     got = {t["target"]: t["met"] for t in scenarios.targets(_report(planner, perfect), frontier)}
-    assert got == {"planner": met[0], "perfect_forecast": met[1], "frontier": True}
+    assert got == {"planner": met[0], "perfect_forecast": met[1], "static": True, "frontier": True}
     frontier["comparisons"] = frontier["comparisons"][:1]  # one Dynamo mode is not both
     assert not scenarios.targets(_report(planner, perfect), frontier)[-1]["met"]
+
+
+@pytest.mark.parametrize(("static_h", "yesterday_h", "met_static", "met_yesterday"), [
+    (11.0, 11.0 / 0.6, True, True),  # at the lines: no more than static, 0.6x static-yesterday
+    (10.9, 30.0, False, True),  # more than the known peak
+    (20.0, 18.0, True, False),  # 0.61x static-yesterday
+], ids=["at-the-lines", "over-static", "over-yesterday"])
+def test_static_and_static_yesterday_targets(static_h: float, yesterday_h: float, met_static: bool,
+                                             met_yesterday: bool) -> None:
+    got = {t["target"]: t for t in scenarios.targets(_report((0.96, 11.0), (0.96, 10.0), static_h, yesterday_h),
+                                                     FRONTIER_ABOVE)}
+    assert (got["static"]["met"], got["static_yesterday"]["met"]) == (met_static, met_yesterday)
+    assert "static-yesterday's" in got["static_yesterday"]["detail"]
+    # static-yesterday is judged only where the scenario has a yesterday
+    assert "static_yesterday" not in {t["target"] for t in scenarios.targets(_report((0.96, 11.0), (0.96, 10.0)),
+                                                                            FRONTIER_ABOVE)}
 
 
 POLICIES = ["planner", "static", "reactive", "dynamo-throughput", "dynamo-load", "planner+perfect-forecast",
@@ -108,7 +132,7 @@ def _check_suite(out: Path, names: list[str], shown: str) -> dict:
         assert POLICY_FIELDS <= set(r) and r["quick"] is True and r["scored_requests"] == r["requests"]
         assert r["gpu_hours_vs_lower_bound"] >= 1.0 - 1e-9  # nothing spends less than the strict bound
     for name, sc in doc["scenarios"].items():
-        assert [t["target"] for t in sc["targets"]] == ["planner", "perfect_forecast", "frontier"]
+        assert [t["target"] for t in sc["targets"]] == ["planner", "perfect_forecast", "static", "frontier"]
         assert list(sc["frontier"]["policies"]) == ["planner", "dynamo-throughput", "dynamo-load"]
         assert sc["report"]["checks"]["lower_bound_le_offline"] is True
         assert (out / name / "frontier.png").stat().st_size > 10_000

@@ -30,12 +30,13 @@ from planner.policy_file import PolicyFile, load_policy
 from planner.profile import Profile, load_profile
 from planner.profiler.analytical import profile_analytical
 from planner.profiler.grids import SweepRequest
-from planner.sim.traces.loaders import load_requests
-from planner.sim.traces.records import LengthDist, RequestTrace
-from planner.sim.traces.synthetic import from_rate_fn
+from planner.sim.traces.loaders import load_rate_windows, load_requests
+from planner.sim.traces.records import LengthDist, RateWindows, RequestTrace
+from planner.sim.traces.synthetic import from_rate_fn, synthesise_from_rates
 
 REPO = data_dir().parent
 EXAMPLE_POLICY = REPO / "policies" / "example.yaml"
+DAY_S = 86400.0
 LONG_GRID = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
@@ -50,6 +51,11 @@ class Scenario:
     scored_s: float | None  # None: to the end of the trace
     warmup_s: float
     profile: str  # "shipped" | "code" | "long-context"
+    # Rate-window traces only: the day played this many times faster at the same per-second rates (a 10-minute
+    # window lasts 600/compress s), so a whole day replays in hours of simulated time. start_s and scored_s are
+    # in the trace's own time; warmup_s in simulated seconds.
+    compress: float = 1.0
+    yesterday: bool = False  # the previous day too (trace time [start_s - 1 day, start_s)), for static-yesterday
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -59,6 +65,12 @@ SCENARIOS: tuple[Scenario, ...] = (
              "azure", 4.0, 600.0, None, 600.0, "code"),
     Scenario("servegen", "ServeGen m-large aggregate rates, day 1 22:00-23:00, x0.09, synthetic conv-like lengths",
              "servegen/aggregate_rate_language_m-large.csv", "servegen", 0.09, 22 * 3600.0, 3600.0, 600.0, "shipped"),
+    # 8x faster keeps the suite within 30 minutes on 2 cores (213k requests; 4x: 426k, ~15 more minutes). It
+    # makes every change of rate 8x steeper (a 10-minute window lasts 75 s, under one 120 s start-up): harder
+    # for every autoscaler, not for static-yesterday.
+    Scenario("servegen-day", "ServeGen m-large aggregate rates, all of day 2, x0.09, played 8x faster, synthetic "
+             "conv-like lengths", "servegen/aggregate_rate_language_m-large.csv", "servegen", 0.09, DAY_S, DAY_S, 600.0,
+             "shipped", compress=8.0, yesterday=True),
     Scenario("long-lognormal", "synthetic: lognormal prompts (mean 12k, p99 85k tokens), waves and bursts", None,
              "lognormal", 1.0, 600.0, 3600.0, 600.0, "long-context"),
     Scenario("chat-docs", "synthetic: 80 % chat (1k-token prompts) + 20 % long documents (mean 32k tokens)", None,
@@ -109,9 +121,12 @@ def check_traces(scenarios: list[Scenario], traces_dir: Path | None) -> None:
 def scenario_trace(s: Scenario, traces_dir: Path | None, quick: bool = False, seed: int = 0) -> RequestTrace:
     """The scenario's requests from the start of its warm-up; ``quick`` keeps the last QUICK_WARMUP_S of the
     warm-up and the first QUICK_SCORED_S of the scored window."""
-    start = s.start_s - s.warmup_s
-    length = None if s.scored_s is None else s.warmup_s + s.scored_s
-    if s.trace_file is not None:
+    start = s.start_s - s.warmup_s * s.compress
+    length = None if s.scored_s is None else s.warmup_s * s.compress + s.scored_s
+    if s.compress != 1.0:
+        assert traces_dir is not None and s.trace_file is not None and length is not None
+        trace = compressed_rates(traces_dir / s.trace_file, s, start, length, seed)
+    elif s.trace_file is not None:
         assert traces_dir is not None  # check_traces ran first
         trace = load_requests(traces_dir / s.trace_file, s.fmt, rate_scale=s.rate_scale, start_s=start,
                               duration_s=length, seed=seed)
@@ -124,6 +139,34 @@ def scenario_trace(s: Scenario, traces_dir: Path | None, quick: bool = False, se
     cut = trace.window(lo, s.warmup_s + QUICK_SCORED_S)
     return RequestTrace(cut.arrival_s - lo, cut.isl, cut.osl, cut.source,
                         f"{cut.notes}; quick: trace time [{lo:g}, {s.warmup_s + QUICK_SCORED_S:g}) s of the scenario")
+
+
+def compressed_rates(path: Path, s: Scenario, start_s: float, length_s: float, seed: int) -> RequestTrace:
+    """Poisson arrivals at ``s.rate_scale`` x the rate windows in trace time [start_s, start_s + length_s), each
+    window lasting 1/s.compress of its length (the same requests per second, the day's shape s.compress times
+    faster), with the synthetic conv-like lengths the ServeGen format gives."""
+    w = load_rate_windows(path)
+    keep = (w.window_start_s >= start_s) & (w.window_start_s < start_s + length_s)
+    k = s.compress
+    windows = RateWindows((w.window_start_s[keep] - start_s) / k, w.window_s[keep] / k, w.rate_rps[keep] * s.rate_scale,
+                          w.source)
+    trace = synthesise_from_rates(windows, seed=seed)
+    note = (f"trace time [{start_s:g}, {start_s + length_s:g}) s; rates x{s.rate_scale:g}, played {k:g}x faster "
+            f"(a {float(np.median(w.window_s)):g} s window lasts {float(np.median(w.window_s)) / k:g} s)")
+    return RequestTrace(trace.arrival_s, trace.isl, trace.osl, trace.source, f"{trace.notes}; {note}")
+
+
+def yesterday_trace(s: Scenario, traces_dir: Path | None, seed: int = 0) -> RequestTrace | None:
+    """The day before the scenario's scored window, played as the scenario plays its own (None: no yesterday)."""
+    if not s.yesterday:
+        return None
+    assert traces_dir is not None and s.trace_file is not None
+    return compressed_rates(traces_dir / s.trace_file, s, s.start_s - DAY_S, DAY_S, seed + 1)
+
+
+def peak_window_s(s: Scenario) -> float:
+    """Operators read yesterday's peak off 10-minute averages (ServeGen's own windows), in simulated time."""
+    return 600.0 / s.compress
 
 
 def warmup_s(s: Scenario, quick: bool) -> float:
@@ -204,31 +247,55 @@ def synthetic(mix: str, start_s: float, length_s: float, seed: int = 0) -> Reque
 
 
 # ------------------------------------------------------------------------------------------------ targets
-PLANNER_GPU_RATIO = 1.15  # the planner: at most this x the offline schedule's GPU-hours
+PLANNER_GPU_RATIO = 1.10  # the planner: at most this x the offline schedule's GPU-hours
 PERFECT_GPU_RATIO = 1.05  # planner+perfect-forecast: at most this x
-ATTAINMENT_CAP = 0.99  # both must attain min(offline schedule's attainment, this)
+YESTERDAY_GPU_RATIO = 0.6  # the planner on a whole day: at most this x static-yesterday's GPU-hours
 PERFECT = "planner+perfect-forecast"
 
 
-def _meets(entry: dict | None, offline: dict, ratio: float) -> tuple[bool, str]:
+def _gpu_over(entry: dict, reference: dict) -> float:
+    return entry["gpu_hours"] / reference["gpu_hours"] if reference["gpu_hours"] > 0 else math.inf
+
+
+def _meets(entry: dict | None, offline: dict, ratio: float, percentile: float) -> tuple[bool, str]:
+    """Joint attainment at least the SLA percentile, GPU-hours at most ``ratio`` x the offline schedule's."""
     if entry is None:
         return False, "not run"
-    need = min(float(offline["attainment_joint"]), ATTAINMENT_CAP)
+    need = percentile / 100.0
     att = float(entry["attainment_joint"] or 0.0)
-    over = entry["gpu_hours"] / offline["gpu_hours"] if offline["gpu_hours"] > 0 else math.inf
+    over = _gpu_over(entry, offline)
     ok = att >= need - 1e-9 and over <= ratio + 1e-9
-    return ok, f"{att:.2%} (needs >= {need:.2%}) at {over:.2f}x the offline GPU-h (needs <= {ratio:.2f}x)"
+    why = [] if ok else [w for w, bad in ((f"attainment {att:.2%} below {need:.2%}", att < need - 1e-9),
+                                          (f"{over:.2f}x the offline GPU-h", over > ratio + 1e-9)) if bad]
+    return ok, (f"{att:.2%} (needs >= {need:.2%}) at {over:.2f}x the offline GPU-h (needs <= {ratio:.2f}x)"
+                + (f": missed by {' and '.join(why)}" if why else ""))
+
+
+def _at_most(entry: dict | None, other: dict | None, name: str, ratio: float) -> tuple[bool, str]:
+    if entry is None or other is None:
+        return False, f"not run ({'planner' if entry is None else name})"
+    over = _gpu_over(entry, other)
+    return over <= ratio + 1e-9, (f"{entry['gpu_hours']:.2f} GPU-h against {name}'s {other['gpu_hours']:.2f} "
+                                  f"({over:.2f}x, needs <= {ratio:.2f}x)")
 
 
 def targets(report: dict, frontier: dict | None) -> list[dict]:
-    """The issue's targets on one scenario, each met or missed with the figures that decided it."""
+    """Issue 27's targets on one scenario, each met or missed with the figures that decided it."""
     off = report["references"]["offline"]
     pols = report["policies"]
+    pct = float(report["sla"]["percentile"])
     out = []
     for key, name, ratio in (("planner", "planner", PLANNER_GPU_RATIO), ("perfect_forecast", PERFECT, PERFECT_GPU_RATIO)):
-        ok, detail = _meets(pols.get(name), off, ratio)
-        out.append({"target": key, "text": f"{name}: joint attainment >= min(offline, 99 %) at <= {ratio:.2f}x "
+        ok, detail = _meets(pols.get(name), off, ratio, pct)
+        out.append({"target": key, "text": f"{name}: joint attainment >= p{pct:g} at <= {ratio:.2f}x "
                     "the offline schedule's GPU-h", "met": ok, "detail": detail})
+    ok, detail = _at_most(pols.get("planner"), pols.get("static"), "static", 1.0)
+    out.append({"target": "static", "text": "planner: never more GPU-h than static (the known peak)", "met": ok,
+                "detail": detail})
+    if "static-yesterday" in pols:
+        ok, detail = _at_most(pols.get("planner"), pols["static-yesterday"], "static-yesterday", YESTERDAY_GPU_RATIO)
+        out.append({"target": "static_yesterday", "text": f"planner: <= {YESTERDAY_GPU_RATIO:g}x static-yesterday's "
+                    "GPU-h", "met": ok, "detail": detail})
     from planner.sim.evaluate.envelope import describe
 
     comps = (frontier or {}).get("comparisons", [])

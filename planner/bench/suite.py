@@ -51,6 +51,7 @@ class Inputs:
     profile: Profile
     policy: PolicyFile
     warmup_s: float
+    yesterday: RequestTrace | None = None  # the previous day, for static-yesterday (servegen-day)
 
 
 # Set in the parent, and in each worker by its initializer; the workers read them.
@@ -73,7 +74,7 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     _INPUTS.clear()
     for s in chosen:
         _INPUTS[s.name] = Inputs(s, scenarios.scenario_trace(s, traces_dir, quick), scenarios.scenario_profile(s, policy),
-                                 policy, scenarios.warmup_s(s, quick))
+                                 policy, scenarios.warmup_s(s, quick), scenarios.yesterday_trace(s, traces_dir))
     _QUICK = quick
     tasks = _tasks(quick)
     console.print(f"suite: {len(chosen)} scenarios, {len(tasks)} tasks on {workers} worker processes"
@@ -152,7 +153,9 @@ def _backtest(name: str) -> dict:
     def progress(phase: str, done: float, total: float) -> None:
         _send(("phase", name, phase, done, total))
 
-    res = run_backtest(inp.trace, inp.profile, inp.policy, baselines=DEFAULT_BASELINES, warmup_s=inp.warmup_s,
+    baselines = (*DEFAULT_BASELINES, "static-yesterday") if inp.yesterday is not None else DEFAULT_BASELINES
+    res = run_backtest(inp.trace, inp.profile, inp.policy, baselines=baselines, warmup_s=inp.warmup_s,
+                       yesterday=inp.yesterday, peak_window_s=scenarios.peak_window_s(inp.scenario),
                        offline_simulations=OFFLINE_SIMULATIONS[_QUICK], workers=1, progress=progress,
                        seed_quantiles=offline_seed_quantiles(inp.policy, _QUICK),
                        trace_meta={"format": inp.scenario.fmt, "rate_scale": inp.scenario.rate_scale,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -66,6 +67,10 @@ def backtest_cmd(
     dynamo_predictor: Annotated[str, typer.Option("--dynamo-predictor", help=DYNAMO_PREDICTOR_HELP)] = "constant",
     warmup_s: Annotated[float, typer.Option("--warmup-s", help=WARMUP_HELP)] = 0.0,
     frontier: Annotated[bool, typer.Option("--frontier", help=FRONTIER_HELP)] = False,
+    yesterday: Annotated[Path | None, typer.Option(help="the previous day's trace (same --format, --columns, "
+                                                   "--rate-scale) for the static-yesterday baseline")] = None,
+    peak_window_s: Annotated[float, typer.Option("--peak-window-s", help="static-yesterday: the averaging window "
+                                                 "of yesterday's peak (s)")] = 600.0,
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
     from planner.profile import load_profile
@@ -76,13 +81,23 @@ def backtest_cmd(
     console = Console()
     pol, prof = _policy(policy, quantile), load_profile(profile)
     _check_search(console, workers, offline_simulations, oracle_interval_s)
+    if not (peak_window_s > 0 and math.isfinite(peak_window_s)):
+        raise UserError(f"--peak-window-s: {peak_window_s!r} must be > 0", key="peak_window_s")
+    chosen = [b.strip() for b in baselines.split(",") if b.strip()]
+    if yesterday is not None and "static-yesterday" not in chosen:
+        chosen.append("static-yesterday")  # a yesterday given is a yesterday to compare with
+    if "static-yesterday" in chosen and yesterday is None:
+        raise UserError("--baselines: static-yesterday needs the previous day's trace (--yesterday FILE)",
+                        key="baselines")
     start_s, duration_s = _with_warmup(warmup_s, start_s, duration_s)
     tr = load_requests(trace, format, columns=parse_columns(columns), rate_scale=rate_scale,
                        scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s)
+    before = (load_requests(yesterday, format, columns=parse_columns(columns), rate_scale=rate_scale,
+                            scale_mode=scale_mode, seed=seed + 1) if yesterday is not None else None)
     _describe(console, tr, warmup_s)
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
-        result = run_backtest(tr, prof, pol, baselines=[b.strip() for b in baselines.split(",") if b.strip()],
+        result = run_backtest(tr, prof, pol, baselines=chosen, yesterday=before, peak_window_s=peak_window_s,
                               startup_s=startup_s, kill=kill, seed=seed, forecaster=forecaster,
                               seed_quantiles=offline_seed_quantiles(pol) if frontier else (),  # see README
                               offline_simulations=offline_simulations,

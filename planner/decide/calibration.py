@@ -14,7 +14,13 @@ import math
 from dataclasses import dataclass, replace
 
 from planner.config import Calibration
-from planner.decide.capacity import Load, aggregated_latency_ms, prefill_ttft_mean_ms, prefill_ttft_ms
+from planner.decide.capacity import (
+    Load,
+    aggregated_latency_ms,
+    percentile_batch,
+    prefill_ttft_mean_ms,
+    prefill_ttft_ms,
+)
 from planner.decide.demand import ISL_SOURCES, OSL_SOURCES, finite, mean_length
 from planner.decide.spec import DeciderSpec
 from planner.decide.state import Calibrated, PlannerState
@@ -118,10 +124,16 @@ def _learn_itl(spec: DeciderSpec, obs: Observation, isl: float | None, osl: floa
     steady = little > 0 and abs(batch - little) <= 0.3 * max(batch, little)
     if not steady or not (do.requests >= MIN_REQUESTS or do.running >= MIN_REQUESTS):
         return None
+    # vLLM's ITL buckets (10, 25, 50 ms) read a p95 near a 40 ms target with ~50 % error; the mean is exact.
+    by_mean = do.itl_p95_resolved is False
+    observed = do.itl_ms_mean if by_mean else do.itl_ms_at_sla
     if spec.mode is Mode.AGGREGATED:
         predicted = aggregated_latency_ms(spec.model, Load(do.rate_rps, isl, osl), ready)[1]
     else:
-        predicted = spec.model.engine.decode.itl_ms(batch, isl + osl / 2.0).value
-    # vLLM's ITL buckets (10, 25, 50 ms) read a p95 near a 40 ms target with ~50 % error; the mean is exact.
-    observed = do.itl_ms_mean if do.itl_p95_resolved is False else do.itl_ms_at_sla
+        # Like with like: a mean against the step at the mean batch, the percentile against the step at the
+        # percentile's batch (the pool's concurrency is Poisson: running + z sqrt(running), as the sizing
+        # assumes). Comparing the percentile with the mean batch's step read the batch's own fluctuation as a
+        # model error (factor ~1.2) that the sizing then counted a second time.
+        at = batch if by_mean else percentile_batch(spec.model, do.running, ready)
+        predicted = spec.model.engine.decode.itl_ms(at, isl + osl / 2.0).value
     return update(state.factor("itl"), finite(observed), predicted, now_s, spec.policy.calibration)

@@ -93,7 +93,8 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: PolicyFile, *, b
                  progress: Callable[[str, float, float], None] | None = None,
                  trace_meta: dict | None = None, dynamo_predictor: str = "constant",
                  warmup_s: float = 0.0, offline_simulations: int = OFFLINE_SIMULATIONS,
-                 workers: int = 1, seed_quantiles: Sequence[float] = ()) -> BacktestResult:
+                 workers: int = 1, seed_quantiles: Sequence[float] = (), yesterday: RequestTrace | None = None,
+                 peak_window_s: float = 600.0) -> BacktestResult:
     """Replay ``trace`` under the planner and ``baselines``, with the lower bound and the offline schedule as
     references; with ``warmup_s`` > 0 the trace's first ``warmup_s`` seconds run every policy into its own
     steady state (and give forecasters history) but are not scored. ``seed_quantiles``: the planner at these
@@ -102,8 +103,12 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: PolicyFile, *, b
     unknown = [b for b in baselines if b not in ACCEPTED]
     if unknown:
         raise UserError(f"baselines: unknown {', '.join(unknown)}; allowed: {', '.join(ACCEPTED)}", key="baselines")
+    if "static-yesterday" in baselines and yesterday is None:
+        raise UserError("baselines: static-yesterday needs the previous day's trace (--yesterday FILE)",
+                        key="baselines")
     ctx, config = sim_setup(trace, profile, policy, startup_s=startup_s, kill=kill, warmup_s=warmup_s,
                             dynamo_predictor=dynamo_predictor)
+    ctx = replace(ctx, yesterday=yesterday, peak_window_s=peak_window_s)
     startup = ctx.startup_s
     timings: dict[str, float] = {}
     chosen = [b for b in dict.fromkeys(baselines) if b in REGISTRY]

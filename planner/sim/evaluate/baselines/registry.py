@@ -10,12 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.controller import initial_state
+from planner.errors import UserError
 from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.sim.evaluate.baselines.dynamo_load import DynamoLoadController
 from planner.sim.evaluate.baselines.dynamo_throughput import DynamoThroughputController
 from planner.sim.evaluate.baselines.reactive import ReactiveController
 from planner.sim.evaluate.baselines.static import StaticController
+from planner.sim.evaluate.baselines.static_yesterday import yesterday_targets
 from planner.sim.evaluate.clairvoyant import clairvoyant_planner
 from planner.sim.evaluate.offline import OfflineSchedule
 from planner.sim.traces.records import RequestTrace
@@ -34,6 +36,8 @@ class BaselineContext:
     warmup_s: float
     startup_s: float
     dynamo_predictor: str
+    yesterday: RequestTrace | None = None  # the previous day's requests (static-yesterday sizes from its peak)
+    peak_window_s: float = 600.0  # the averaging window of yesterday's peak
 
     @property
     def window_s(self) -> float:
@@ -67,6 +71,14 @@ def _static(ctx: BaselineContext) -> Controller:
     return StaticController(ctx.policy, ctx.profile, ctx.schedule.peak(ctx.warmup_s))
 
 
+def _static_yesterday(ctx: BaselineContext) -> Controller:
+    if ctx.yesterday is None:
+        raise UserError("baselines: static-yesterday needs the previous day's trace (--yesterday FILE)",
+                        key="baselines")
+    targets = yesterday_targets(ctx.policy, ctx.profile, ctx.yesterday, ctx.peak_window_s)
+    return StaticController(ctx.policy, ctx.profile, targets, name="static-yesterday")
+
+
 def _dynamo_throughput(ctx: BaselineContext) -> Controller:
     return DynamoThroughputController(ctx.policy, ctx.profile, ctx.initial, predictor=ctx.dynamo_predictor)
 
@@ -74,6 +86,8 @@ def _dynamo_throughput(ctx: BaselineContext) -> Controller:
 REGISTRY: dict[str, Baseline] = {b.name: b for b in (
     Baseline("static", "the offline schedule's peak, held all along", _static, needs_schedule=True,
              starts_at_own_targets=True),
+    Baseline("static-yesterday", "yesterday's peak need (the what-if sizing of its busiest 10 minutes) + 20 % "
+             "headroom, held all along (needs --yesterday)", _static_yesterday, starts_at_own_targets=True),
     Baseline("reactive", "HPA/KEDA-style thresholds with HPA's default behaviour",
              lambda c: ReactiveController(c.policy, c.profile, c.initial)),
     Baseline("dynamo-throughput", "NVIDIA Dynamo's SLA planner, throughput-based mode (completed requests, "
