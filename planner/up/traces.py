@@ -1,0 +1,41 @@
+"""The load `planner up` replays: a slice of a request trace, time-compressed and rate-scaled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.catalog import data_dir
+from planner.errors import UserError
+from planner.sim.traces.loaders import load_requests, scale_rate
+from planner.sim.traces.records import RequestTrace
+
+# Where the embedded Azure 2023 conversation trace lives: its own folder (with the code trace beside it),
+# or the single file `planner demo` has always read. The first that exists is used.
+CONV_CANDIDATES = (Path("traces") / "azure2023" / "AzureLLMInferenceTrace_conv.csv",
+                   Path("traces") / "azure2023-conv.csv")
+# Ten trace minutes per wall minute: the conversation trace's own swings show within one load phase.
+COMPRESS = 10.0
+
+
+def default_trace_path() -> Path:
+    """The embedded Azure conversation trace (the first candidate that exists under profiles/)."""
+    root = data_dir()
+    for rel in CONV_CANDIDATES:
+        if (root / rel).is_file():
+            return root / rel
+    raise UserError(f"trace: the embedded Azure conversation trace is not under {root} (looked for "
+                    f"{', '.join(str(r) for r in CONV_CANDIDATES)}); give a trace file", key="trace")
+
+
+def load_schedule(path: Path, load_s: float, rate_scale: float, compress: float = COMPRESS) -> RequestTrace:
+    """Requests to send in the first ``load_s`` wall seconds: the trace's first ``load_s * compress`` seconds,
+    squeezed ``compress`` times in time, then their rate times ``rate_scale`` (superposed copies; below 1 a
+    seeded random share)."""
+    if not path.is_file():
+        raise UserError(f"trace {path}: no such file (an Azure 2023 CSV: TIMESTAMP, ContextTokens, "
+                        "GeneratedTokens)", key="trace")
+    trace = load_requests(path, "azure", start_s=0.0, duration_s=load_s * compress)
+    if len(trace) == 0:
+        raise UserError(f"trace {path}: no request in its first {load_s * compress:g} s", key="trace")
+    squeezed = scale_rate(trace, compress, mode="compress")
+    return scale_rate(squeezed, rate_scale, mode="superpose", seed=0)
