@@ -1,8 +1,10 @@
 """The policy `planner up` runs, written where the user can read it and run it again with `planner run`.
 
-It is the example policy's model, hardware and SLA (the shipped Qwen3-32B on H200 profile, TTFT 1 s and
-ITL 40 ms at p95) with intervals and windows short enough that a loop turns in seconds: decisions every second
-from a 6 s window, scale-down after 15 s of lower recommendations, replicas drained before they stop.
+It is the example policy's model and hardware (the shipped Qwen3-32B on H200 profile) with intervals and windows
+short enough that a loop turns in seconds: decisions every second from a 6 s window, scale-down after 15 s of
+lower recommendations, replicas drained before they stop. Calibration is off: the emulated engines are the
+profile, so there is no model error to correct, and their latencies on a busy laptop drift with its CPU, which
+the controller should not chase.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Any
 from planner.catalog import data_dir
 
 PROFILE = Path("h200") / "qwen3-32b.json"
-SLA = {"ttft_ms": 1000, "itl_ms": 40, "percentile": 95, "window_s": 600}
+# The example's TTFT target; ITL 20 ms rather than its 40 ms: at 40 ms one decode replica (TP2) carries ~28 req/s
+# of conversation traffic, more than a laptop replays; at 20 ms the decode pool needs a second one from ~18 req/s.
+SLA = {"ttft_ms": 1000, "itl_ms": 20, "percentile": 95, "window_s": 600}
 POOLS = ("prefill", "decode")
 MAX_REPLICAS = 4
 INTERVAL_S = 1
@@ -63,7 +67,7 @@ def up_policy(engines: Engines, *, prometheus_url: str, router_url: str, state_d
         "interval_s": INTERVAL_S, "startup_s": engines.startup_s,
         "pools": {p: {"min_replicas": 1, "max_replicas": engines.max_replicas} for p in pools},
         "forecast": {"model": "last-value", "history_s": 300},
-        "behavior": behavior, "calibration": {"enabled": True, "max_factor": 2.0, "half_life_s": 600},
+        "behavior": behavior, "calibration": {"enabled": False},
         "metrics": {"url": prometheus_url, "window_s": WINDOW_S, "stale_after_intervals": 5,
                     "selectors": {p: f'{{pool="{p}"}}' for p in pools}},
         "actuator": {"kind": "process", "port_range": list(port_range), "env": dict(engines.env),

@@ -24,7 +24,7 @@ from planner.up.loadgen import LoadGenerator
 from planner.up.policy import Engines, emulated_engines
 from planner.up.stack import Stack
 from planner.up.summary import GpuMeter, measured_attainment, summarize, write_dashboards
-from planner.up.traces import COMPRESS, default_trace_path, load_schedule
+from planner.up.traces import COMPRESS, RAMP_SHARE, default_trace_path, load_schedule
 from planner.up.view import DecisionLog, render, snapshot
 
 SAMPLE_S = 1.0
@@ -56,7 +56,8 @@ def run_up(opts: Options) -> int:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     notes = [f"load: {trace.name}, its first {opts.load_s * COMPRESS:g} s compressed {COMPRESS:g}x into "
-             f"{opts.load_s:g} s, rate x{opts.rate_scale:g} ({len(schedule)} requests), then quiet",
+             f"{opts.load_s:g} s, rate x{opts.rate_scale:g}, ramped up over its first {opts.load_s * RAMP_SHARE:.0f} s "
+             f"({len(schedule)} requests), then quiet",
              f"engines: {engines.kind} ({engines.mode}), profile {engines.profile.name}"]
     stack = Stack(opts.out, engines)
     run = _Run(stack, schedule, opts, console)
