@@ -43,6 +43,7 @@ class LoadGenerator:
         self._recent: deque[float] = deque()  # monotonic send times of the last 10 s
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._abandon = threading.Event()
         self._thread = threading.Thread(target=self._run, name="up-load", daemon=True)
         self.started_s = 0.0
         self.finished = threading.Event()
@@ -52,10 +53,14 @@ class LoadGenerator:
         self._thread.start()
         return self
 
+    def stop_sending(self) -> None:
+        self._stop.set()
+
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Send nothing more; wait up to ``timeout_s`` for the requests in flight."""
+        """Send nothing more; wait up to ``timeout_s`` for the requests in flight, then leave them."""
         self._stop.set()
         self._thread.join(timeout_s)
+        self._abandon.set()
 
     def rate_rps(self, window_s: float = 10.0) -> float:
         now = time.monotonic()
@@ -87,10 +92,8 @@ class LoadGenerator:
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             self.finished.set()
-            while tasks and not self._stop.is_set():
-                await asyncio.sleep(0.2)
-            if tasks:
-                await asyncio.wait(tasks, timeout=25.0)
+            while tasks and not self._abandon.is_set():
+                await asyncio.sleep(0.1)
 
     async def _stopped_within(self, delay_s: float) -> bool:
         end = time.monotonic() + delay_s

@@ -1,7 +1,7 @@
 """The policy `planner up` runs, written where the user can read it and run it again with `planner run`.
 
 It is the example policy's model and hardware (the shipped Qwen3-32B on H200 profile) with intervals and windows
-short enough that a loop turns in seconds: decisions every second from a 6 s window, scale-down after 15 s of
+short enough that a loop turns in seconds: decisions every second from a 6 s window, scale-down after 10 s of
 lower recommendations, replicas drained before they stop. Calibration is off: the emulated engines are the
 profile, so there is no model error to correct, and their latencies on a busy laptop drift with its CPU, which
 the controller should not chase.
@@ -18,14 +18,14 @@ from typing import Any
 from planner.catalog import data_dir
 
 PROFILE = Path("h200") / "qwen3-32b.json"
-# The example's TTFT target; ITL 20 ms rather than its 40 ms: at 40 ms one decode replica (TP2) carries ~28 req/s
-# of conversation traffic, more than a laptop replays; at 20 ms the decode pool needs a second one from ~18 req/s.
-SLA = {"ttft_ms": 1000, "itl_ms": 20, "percentile": 95, "window_s": 600}
+# The example's TTFT target; ITL 18 ms rather than its 40 ms: at 40 ms one decode replica (TP2) carries ~28 req/s
+# of conversation traffic, more than a laptop replays; at 18 ms the decode pool needs a second one from ~14 req/s.
+SLA = {"ttft_ms": 1000, "itl_ms": 18, "percentile": 95, "window_s": 600}
 POOLS = ("prefill", "decode")
 MAX_REPLICAS = 4
 INTERVAL_S = 1
 WINDOW_S = 6
-SCALE_DOWN_WINDOW_S = 15
+SCALE_DOWN_WINDOW_S = 10
 DRAIN_S = 60  # in-flight requests finish (a 2,000-token answer at 40 ms a token is 80 s at worst)
 # Emulated engines run at the profile's own speed: the load generator does not stream, so no per-token work
 # lands on the laptop's CPU and the engines' latencies are the profile's (read against the SLA as written).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -21,7 +22,7 @@ from planner.errors import UserError
 from planner.testing.local_prometheus import prometheus_binary
 from planner.types import Mode
 from planner.up.loadgen import LoadGenerator
-from planner.up.policy import Engines, emulated_engines
+from planner.up.policy import DRAIN_S, Engines, emulated_engines
 from planner.up.stack import Stack
 from planner.up.summary import GpuMeter, measured_attainment, summarize, write_dashboards
 from planner.up.traces import COMPRESS, RAMP_SHARE, default_trace_path, load_schedule
@@ -46,15 +47,21 @@ class Options:
 def run_up(opts: Options) -> int:
     trace = opts.trace if opts.trace is not None else default_trace_path()
     schedule = load_schedule(trace, opts.load_s, opts.rate_scale)
-    if prometheus_binary() is None:
-        raise UserError(INSTALL_PROMETHEUS)
+    binary = prometheus_binary()
+    if binary is None or not os.access(binary, os.X_OK):
+        raise UserError(INSTALL_PROMETHEUS if binary is None else f"PLANNER_PROMETHEUS_BIN {binary}: not an "
+                        "executable file (unset it to use the Debian package's /usr/bin/prometheus)")
     engines = _engines(opts)
     opts.out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=opts.out / "controller.log", level=logging.INFO, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     console = Console(stderr=opts.json_out)
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop, cut = threading.Event(), threading.Event()  # the first Ctrl-C ends the run, a second one the wait
+
+    def on_signal(*_: object) -> None:
+        (cut if stop.is_set() else stop).set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     notes = [f"load: {trace.name}, its first {opts.load_s * COMPRESS:g} s compressed {COMPRESS:g}x into "
              f"{opts.load_s:g} s, rate x{opts.rate_scale:g}, ramped up over its first {opts.load_s * RAMP_SHARE:.0f} s "
              f"({len(schedule)} requests), then quiet",
@@ -63,10 +70,10 @@ def run_up(opts: Options) -> int:
     run = _Run(stack, schedule, opts, console)
     try:
         stack.start()
-        run.go(stop)
+        run.go(stop, cut)
     finally:
         if run.load is not None:
-            run.load.stop(timeout_s=5)
+            run.load.stop(timeout_s=1)
         summary = run.summary(notes)
         stack.stop()
         for sig, handler in previous.items():
@@ -96,7 +103,7 @@ class _Run:
         mode = Mode(stack.engines.mode)
         self.ttft_pool, self.itl_pool = mode.ttft_pool.value, mode.itl_pool.value
 
-    def go(self, stop: threading.Event) -> None:
+    def go(self, stop: threading.Event, cut: threading.Event) -> None:
         header = f"planner up ({self.stack.engines.kind} engines)"
         live = nullcontext() if self.opts.json_out else Live(console=self.console, refresh_per_second=2,
                                                             transient=False)
@@ -115,6 +122,22 @@ class _Run:
                 if self._done():
                     break
                 stop.wait(SAMPLE_S)
+            self._finish(cut, live)
+
+    def _finish(self, cut: threading.Event, live: Any) -> None:  # noqa: ANN401 - rich Live or nullcontext
+        """Send nothing more and wait for the requests in flight (as the engines' drain would), showing them."""
+        if self.load is None:
+            return
+        self.load.stop_sending()
+        deadline = time.monotonic() + DRAIN_S
+        while self.load.in_flight and time.monotonic() < deadline and not cut.is_set():
+            snap = self.sample()
+            snap["controller"] += f"; stopping: {self.load.in_flight} requests in flight (Ctrl-C again: cut them)"
+            if self.opts.json_out:
+                print(json.dumps(snap), flush=True)
+            else:
+                live.update(render(snap, f"planner up ({self.stack.engines.kind} engines)"))
+            cut.wait(SAMPLE_S)
 
     def _done(self) -> bool:
         return (self.opts.duration_s is not None and self.load_started_s is not None
@@ -147,6 +170,8 @@ class _Run:
         if self.stack.service is None or self.gpus is None:
             return {"notes": notes + ["stopped before the controller started"]}
         final = self.sample()
+        if self.opts.json_out:
+            print(json.dumps(final), flush=True)  # the state the summary reports, as the last line before it
         span = time.time() - (self.load_started_s or self.started_s)
         policy = self.stack.policy
         attained = measured_attainment(self.stack.query, span, {"ttft_ms": policy.sla.ttft_ms,
