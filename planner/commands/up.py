@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         trace: Annotated[Path | None, typer.Option(help="Azure 2023 CSV to replay (default: the embedded "
                                                    "conversation trace)")] = None,
         rate_scale: Annotated[float, typer.Option("--rate-scale", help="multiply the trace's request rate "
-                                                  "(after its time is compressed ten times)")] = 0.45,
+                                                  "(after its time is compressed ten times)")] = 0.35,
         load_s: Annotated[float | None, typer.Option("--load-s", help="seconds of load before the quiet that "
                                                      "lets the pools scale down (default: half of "
                                                      "--duration-s, at most 60)")] = None,

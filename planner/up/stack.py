@@ -140,7 +140,8 @@ class Stack:
 
 
 _POLICY_HEADER = """\
-# Written by `planner up` for the run it started: the example policy's model, hardware and SLA with short
-# intervals, the process actuator starting the engines below, Prometheus and the router on 127.0.0.1.
-# Run the controller on it again: planner run --policy THIS_FILE --port 0 --grpc-port 0 --host 127.0.0.1
+# Written by `planner up` for the run it started (planner/up/policy.py says why each value): the example
+# policy's model and hardware, short intervals, the process actuator starting the engines below; Prometheus
+# (metrics.url) and the router (actuator.router_url) ran on 127.0.0.1. With a Prometheus there, the same file
+# runs as it is: planner run --policy THIS_FILE --port 0 --grpc-port 0 --host 127.0.0.1
 """
