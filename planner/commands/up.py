@@ -12,14 +12,17 @@ import typer
 from planner.errors import UserError
 
 ENGINES = ("emulate", "vllm")
+# ~16 req/s at the peak for the emulated Qwen3-32B pools (both need a second replica), ~1 req/s for the tiny
+# vLLM model on a CPU (its hand-made profile needs two replicas from 0.5 req/s).
+DEFAULT_RATE_SCALE = {"emulate": 0.35, "vllm": 0.02}
 MAX_LOAD_S = 60.0
 
 
-def _check(engine: str, rate_scale: float, duration_s: float | None, load_s: float | None) -> float:
+def _check(engine: str, rate_scale: float | None, duration_s: float | None, load_s: float | None) -> float:
     """The load phase's length (s); every flag checked before anything starts."""
     if engine not in ENGINES:
         raise UserError(f"--engine {engine!r}: allowed {', '.join(ENGINES)}")
-    if not math.isfinite(rate_scale) or rate_scale <= 0:
+    if rate_scale is not None and (not math.isfinite(rate_scale) or rate_scale <= 0):
         raise UserError(f"--rate-scale {rate_scale:g}: must be a finite number > 0")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
         raise UserError(f"--duration-s {duration_s:g}: must be a finite number > 0")
@@ -40,8 +43,10 @@ def register(app: typer.Typer) -> None:
                                                          "replicas); default: until Ctrl-C")] = None,
         trace: Annotated[Path | None, typer.Option(help="Azure 2023 CSV to replay (default: the embedded "
                                                    "conversation trace)")] = None,
-        rate_scale: Annotated[float, typer.Option("--rate-scale", help="multiply the trace's request rate "
-                                                  "(after its time is compressed ten times)")] = 0.35,
+        rate_scale: Annotated[float | None, typer.Option("--rate-scale", help="multiply the trace's request rate "
+                                                         "(after its time is compressed ten times); default: "
+                                                         f"{DEFAULT_RATE_SCALE['emulate']:g} emulated, "
+                                                         f"{DEFAULT_RATE_SCALE['vllm']:g} vllm")] = None,
         load_s: Annotated[float | None, typer.Option("--load-s", help="seconds of load before the quiet that "
                                                      "lets the pools scale down (default: half of "
                                                      "--duration-s, at most 60)")] = None,
@@ -57,5 +62,6 @@ def register(app: typer.Typer) -> None:
         from planner.up.run import Options, run_up
 
         load = _check(engine, rate_scale, duration_s, load_s)
-        raise typer.Exit(run_up(Options(duration_s=duration_s, trace=trace, rate_scale=rate_scale, load_s=load,
+        scale = rate_scale if rate_scale is not None else DEFAULT_RATE_SCALE[engine]
+        raise typer.Exit(run_up(Options(duration_s=duration_s, trace=trace, rate_scale=scale, load_s=load,
                                         engine=engine, json_out=json_out, out=out)))
