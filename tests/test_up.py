@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -128,6 +129,35 @@ def test_up_scales_each_pool_up_and_down_and_leaves_no_process(tmp_path: Path) -
     board = json.loads((out / "grafana/dashboards/planner.json").read_text())
     variable = next(v for v in board["templating"]["list"] if v["type"] == "datasource")
     assert variable["current"]["value"] == datasource["datasources"][0]["uid"]
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_ctrl_c_stops_everything_and_still_summarizes(tmp_path: Path) -> None:
+    require_prometheus()
+    proc = subprocess.Popen([*UP, "--json", "--out", str(tmp_path / "up")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    seen: dict[tuple[int, str | None], str] = {}
+    lines: list[dict] = []
+    try:
+        for line in proc.stdout or []:
+            lines.append(json.loads(line))
+            for pid in descendants(proc.pid):
+                seen.setdefault((pid, _start_time(pid)), _cmdline(pid))
+            if lines[-1].get("load", {}).get("sent", 0) >= 5:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, stderr[-3000:]
+    summary = json.loads(rest.strip().splitlines()[-1])["summary"]
+    assert summary["requests"]["sent"] >= 5 and summary["requests"]["failed"] == 0
+    assert sum("planner.cli emulate" in c for c in seen.values()) >= 4 and any("prometheus" in c for c in seen.values())
+    time.sleep(0.5)
+    assert not [pid for pid, start in seen if start is not None and _start_time(pid) == start]
 
 
 def test_the_schedule_is_the_trace_compressed_scaled_and_ramped() -> None:
