@@ -70,7 +70,8 @@ class Stack:
         controller_port = free_port()
         self.prom = LocalPrometheus([Target(controller_port, {"role": "controller"}),
                                      Target(self.router.port, {"role": "router"})],
-                                    file_sd=[self.targets_file], workdir=self.out_dir / "prometheus")
+                                    file_sd=[self.targets_file], workdir=self.out_dir / "prometheus",
+                                    die_with_parent=True)
         self.prom.start(timeout_s=60)
         policy = up_policy(self.engines, prometheus_url=self.prom.url, router_url=self.router.url,
                            state_dir=self.state_dir.resolve(), port_range=engine_ports())
