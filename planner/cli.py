@@ -26,6 +26,7 @@ from planner.commands import (
     serve,
     service,
     sim,
+    up,
 )
 from planner.commands.guards import check_writable, within
 from planner.errors import InfeasibleError, UserError
@@ -131,6 +132,7 @@ service.register(app)
 route.register(app)
 serve.register(app)
 demo.register(app)
+up.register(app)
 bench.register(bench_app)
 
 

@@ -145,6 +145,7 @@ OUT_ARGS = {
     ("profile",): ["--model", "qwen3-32b", "--gpu", "h200"],
     ("backtest",): ["--trace", "t.csv", "--profile", str(PROFILE), "--policy", str(EXAMPLE)],
     ("demo",): [],
+    ("up",): [],
     ("forecast", "eval"): ["--series", "s.csv"],
     ("bench", "forecast"): ["--held-out"],
     ("bench", "suite"): ["--quick"],

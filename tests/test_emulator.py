@@ -362,3 +362,31 @@ def test_stream_chunks_take_every_token_already_queued() -> None:
         return [first, second, await _next_tokens(queue)]
 
     assert asyncio.run(main()) == [([0, 1, 2], False), ([3], True), ([], True)]
+
+
+# ------------------------------------------------------------------------------ the served model name
+@pytest.mark.parametrize(("profile_model", "given", "served", "aliases"), [
+    ("qwen3-32b", None, "Qwen/Qwen3-32B", ("qwen3-32b",)),  # as `planner init` writes --served-model-name
+    ("Qwen3-0.6B", None, "Qwen/Qwen3-0.6B", ("Qwen3-0.6B",)),
+    ("llama-3.1-8b", None, "meta-llama/Llama-3.1-8B-Instruct", ("llama-3.1-8b",)),
+    ("my-own-model", None, "my-own-model", ()),  # no known repository: the profile's name alone
+    ("qwen3-32b", "tiny", "tiny", ()),  # --model-name given: that name alone
+])
+def test_served_names(profile_model: str, given: str | None, served: str, aliases: tuple[str, ...]) -> None:
+    from planner.commands.emulate import served_names
+
+    assert served_names(profile_model, given) == (served, aliases)
+
+
+def test_an_alias_is_served_beside_the_name_and_a_third_name_is_not() -> None:
+    app = create_app(engine_model_for(load_profile(PROFILE), "aggregated"), "Qwen/Qwen3-0.6B", time_scale=0.05,
+                     aliases=("qwen3-0.6b",))
+    with BackgroundServer(app) as s:
+        for name in ("Qwen/Qwen3-0.6B", "qwen3-0.6b", None):
+            body = {"prompt": "a b", "max_tokens": 2, **({"model": name} if name else {})}
+            r = httpx.post(f"{s.url}/v1/completions", json=body)
+            assert r.status_code == 200 and r.json()["model"] == "Qwen/Qwen3-0.6B", (name, r.text)
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": "a", "max_tokens": 1, "model": "Qwen3-0.6B"})
+        assert r.status_code == 404 and "does not exist" in r.text
+        assert [m["id"] for m in httpx.get(f"{s.url}/v1/models").json()["data"]] == ["Qwen/Qwen3-0.6B", "qwen3-0.6b"]
+        assert 'model_name="Qwen/Qwen3-0.6B"' in httpx.get(f"{s.url}/metrics").text

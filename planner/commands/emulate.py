@@ -13,6 +13,17 @@ from planner.errors import UserError
 from planner.types import Pool
 
 
+def served_names(profile_model: str, given: str | None) -> tuple[str, tuple[str, ...]]:
+    """(the name served, more names accepted): --model-name alone where given; else the Hugging Face name
+    `planner init` writes in the engines' --served-model-name, with the profile's model name accepted too."""
+    from planner.requests.engines import SERVED_NAMES
+
+    if given is not None:
+        return given, ()
+    served = SERVED_NAMES.get(profile_model.lower(), profile_model)
+    return served, (profile_model,) if served != profile_model else ()
+
+
 def register(app: typer.Typer) -> None:
     @app.command("emulate")
     def emulate_cmd(
@@ -23,7 +34,9 @@ def register(app: typer.Typer) -> None:
         time_scale: Annotated[float, typer.Option("--time-scale", help="wall seconds per profile second "
                                                   "(0.1 = ten times faster)")] = 1.0,
         model_name: Annotated[str | None, typer.Option("--model-name", help="served model name "
-                                                       "(default: the profile's model)")] = None,
+                                                       "(default: the model's Hugging Face name, as `planner init` "
+                                                       "writes it, e.g. Qwen/Qwen3-32B; the profile's model name "
+                                                       "is accepted too)")] = None,
         max_model_len: Annotated[int, typer.Option("--max-model-len", help="context limit (token "
                                                    "histogram buckets)")] = 32768,
     ) -> None:
@@ -47,7 +60,8 @@ def register(app: typer.Typer) -> None:
             model = engine_model_for(prof, role)
         except KeyError as exc:
             raise UserError(f"{profile}: {exc.args[0]}") from None
-        app_ = create_app(model, model_name or prof.model.name, time_scale, max_model_len)
+        served, aliases = served_names(prof.model.name, model_name)
+        app_ = create_app(model, served, time_scale, max_model_len, aliases)
         Console(stderr=True).print(f"emulating {prof.model.name} ({role}) on http://{host}:{port} "
                                    f"(time scale {time_scale:g})")
         uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)

@@ -51,6 +51,7 @@ class Served:
     metrics: VllmMetrics
     created: int
     engine: EmulatedEngine | None = None
+    aliases: tuple[str, ...] = ()  # more names requests may give (the profile's model name beside the served one)
 
     def running_engine(self) -> EmulatedEngine:
         if self.engine is None:
@@ -59,9 +60,10 @@ class Served:
 
 
 def create_app(engine_model: EngineModel, model_name: str = "emulated", time_scale: float = 1.0,
-               max_model_len: int = 32768) -> FastAPI:
+               max_model_len: int = 32768, aliases: tuple[str, ...] = ()) -> FastAPI:
     metrics = VllmMetrics(model_name, max_model_len, cache_labels=cache_info(engine_model.kv_capacity_tokens))
-    served = Served(model_name, max_model_len, metrics, int(time.time()))
+    served = Served(model_name, max_model_len, metrics, int(time.time()),
+                    aliases=tuple(a for a in aliases if a != model_name))
     app = FastAPI(title="planner engine emulator", lifespan=_lifespan(served, engine_model, time_scale))
     app.state.metrics = metrics
     _instrument(app, metrics.registry)
@@ -104,7 +106,8 @@ async def _json_body(request: Request) -> Any:
 def _add_generation_routes(app: FastAPI, served: Served) -> None:
     async def serve(request: Request, chat: bool) -> Response:
         try:
-            parsed = parse_request(await _json_body(request), chat, served.model_name, served.max_model_len)
+            parsed = parse_request(await _json_body(request), chat, served.model_name, served.max_model_len,
+                                   served.aliases)
         except ApiError as exc:
             return _error(exc)
         engine = served.running_engine()
@@ -168,7 +171,7 @@ async def _events(engine: EmulatedEngine, seq: Sequence, reply: Reply) -> AsyncI
 def _add_server_routes(app: FastAPI, served: Served) -> None:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return models_body(served.model_name, served.max_model_len, served.created)
+        return models_body(served.model_name, served.max_model_len, served.created, served.aliases)
 
     @app.get("/health")
     async def health() -> Response:

@@ -86,13 +86,14 @@ def _invalid(exc: ValidationError) -> ApiError:
     return ApiError(f"{len(errors)} validation error{'s' if len(errors) > 1 else ''}: {detail}", param=errors[0][0])
 
 
-def parse_request(raw: Any, chat: bool, served_model: str, max_model_len: int) -> Parsed:
-    """The request's token counts and streaming options, or ApiError with vLLM's status and message."""
+def parse_request(raw: Any, chat: bool, served_model: str, max_model_len: int, aliases: tuple[str, ...] = ()) -> Parsed:
+    """The request's token counts and streaming options, or ApiError with vLLM's status and message.
+    ``aliases``: more names the model answers to (vLLM's --served-model-name A B: every name is accepted)."""
     try:
         req: _Request = (ChatRequest if chat else CompletionRequest).model_validate(raw)
     except ValidationError as exc:
         raise _invalid(exc) from None
-    if req.model is not None and req.model != served_model:
+    if req.model is not None and req.model != served_model and req.model not in aliases:
         raise ApiError(f"The model `{req.model}` does not exist.", 404, "model")
     if req.stream_options is not None and not req.stream:
         raise ApiError("Stream options can only be defined when `stream=True`.", param="stream_options")

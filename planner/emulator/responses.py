@@ -102,12 +102,13 @@ class Reply:
         return f"data: {dumps(out)}\n\n"
 
 
-def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
-    """/v1/models with every key vLLM's has (owned_by says who serves it)."""
+def models_body(model: str, max_model_len: int, created: int, aliases: tuple[str, ...] = ()) -> dict[str, Any]:
+    """/v1/models with every key vLLM's has (owned_by says who serves it); one card per name, as vLLM lists
+    every --served-model-name."""
     permission = {"id": f"modelperm-{uuid.uuid4().hex[:16]}", "object": "model_permission", "created": created,
                   "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
                   "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
                   "organization": "*", "group": None, "is_blocking": False}
-    card = {"id": model, "object": "model", "created": created, "owned_by": "planner-emulator", "root": model,
-            "parent": None, "max_model_len": max_model_len, "permission": [permission]}
-    return {"object": "list", "data": [card]}
+    cards = [{"id": name, "object": "model", "created": created, "owned_by": "planner-emulator", "root": model,
+              "parent": None, "max_model_len": max_model_len, "permission": [permission]} for name in (model, *aliases)]
+    return {"object": "list", "data": cards}

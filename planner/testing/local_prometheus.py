@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from planner.procfs import die_with_parent
 from planner.testing.ports import free_port
 
 
@@ -63,7 +64,7 @@ class LocalPrometheus:
     def __init__(self, targets: list[Target], *, scrape_interval_s: float = 1.0, binary: str | None = None,
                  workdir: Path | None = None, port: int | None = None, file_sd: list[Path] | None = None,
                  rule_files: list[Path] | None = None,
-                 web: WebOptions | None = None) -> None:
+                 web: WebOptions | None = None, die_with_parent: bool = False) -> None:
         found = binary or prometheus_binary()
         if found is None:
             raise FileNotFoundError("prometheus binary not found (apt-get install -y prometheus, or set "
@@ -78,6 +79,7 @@ class LocalPrometheus:
         self.rule_files = list(rule_files or [])  # evaluated every scrape interval (alerts: GET /api/v1/alerts)
         self.proc: subprocess.Popen[bytes] | None = None
         self.web = web or WebOptions()
+        self.die_with_parent = die_with_parent  # SIGTERM when the starting thread dies (`planner up` killed)
 
     @property
     def url(self) -> str:
@@ -129,7 +131,8 @@ class LocalPrometheus:
             [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=2h",
              "--log.level=warn", *self._web_flags()],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent if self.die_with_parent else None)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -8,7 +8,6 @@ test run that is killed does not leave an engine spinning on the machine's cores
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -20,7 +19,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from planner.procfs import group_members
+from planner.procfs import die_with_parent, group_members
 from planner.testing.ports import free_port
 
 ROLES = ("aggregated", "kv_producer", "kv_consumer")
@@ -37,7 +36,6 @@ DEFAULT_ARGS = ("--load-format", "dummy", "--dtype", "bfloat16", "--max-model-le
 SERVER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
               "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-PR_SET_PDEATHSIG = 1
 
 
 class EngineStartError(RuntimeError):
@@ -55,13 +53,6 @@ def kv_transfer_config(role: str, kv_path: Path | None) -> str | None:
         raise ValueError(f"role {role!r} needs kv_path: the directory the producer writes KV into")
     return json.dumps({"kv_connector": "ExampleConnector", "kv_role": role,
                        "kv_connector_extra_config": {"shared_storage_path": str(kv_path)}})
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux: stop() still ends the group
 
 
 class VllmServer:
@@ -127,7 +118,7 @@ class VllmServer:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=die_with_parent)
         return self
 
     def wait_ready(self, timeout_s: float = 300.0) -> VllmServer:
