@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from planner.bench.seeds import Run, summary
+from planner.bench.seeds import Run, summary, target_lines
 from planner.cli import run
 from tests.support.decide_support import REPO
 
@@ -27,6 +27,18 @@ def test_summary_pairs_each_seed_with_the_first_policys_run() -> None:
     assert a["gpu_hours_mean"] == pytest.approx(10.0) and b["seeds"] == [0, 1, 2]
     assert a["steady_share_mean"] is None and b["steady_share_mean"] == pytest.approx(0.7)
     assert b["rate_cv_median"] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("worst, met", [(0.945, True), (0.9449, False), (0.99, True)],
+                         ids=["half-a-point-below", "just-past-it", "above"])
+def test_the_seeds_target_allows_half_a_point_below_the_percentile(worst: float, met: bool) -> None:
+    runs = [Run("a", "s", 0, 0.97, 10.0), Run("a", "s", 1, worst, 10.0)]
+    (row,) = summary(runs, 0.95)
+    assert row["target"] == {"floor": 0.945, "met": met}
+    lines = target_lines([row])
+    assert (lines == []) is met
+    if not met:
+        assert lines[0].startswith("s a: worst seed 94.49% is below 94.50%")
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -62,5 +74,7 @@ def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys) -> None:
     ratio = doc["summary"][1]["gpu_hours_ratio"]["median"]
     assert ratio == pytest.approx(steady["gpu_hours"] / example["gpu_hours"])
     assert "chat-docs" in printed and "planner bench seeds" in doc["command"]
+    assert "target (no seed below the SLA's percentile less 0.5% points)" in printed
+    assert doc["summary"][0]["target"]["floor"] == pytest.approx(0.945)
     png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in printed.replace("\n", "")

@@ -183,6 +183,12 @@ def bench_seeds(
     sla_share = scenario_policy(paths[0]).sla.percentile / 100.0
     rows = study.summary(runs, sla_share)
     console.print(study.table(rows, sla_share))
+    missed = study.target_lines(rows)
+    console.print(f"target (no seed below the SLA's percentile less {study.SEED_SLACK:.1%} points): "
+                  + ("[green]met[/] by every scenario and policy" if not missed else f"[red]missed[/] by {len(missed)}"),
+                  highlight=False)
+    for line in missed:
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
     study.write(out, runs, rows, command)
     console.print(f"wrote {out} and {study.plot(out.with_suffix('.png'), runs, sla_share)}")
 
