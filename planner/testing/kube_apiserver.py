@@ -36,9 +36,13 @@ from planner.testing.ports import free_port
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 HOW_TO_GET = ("kube tests need a kube-apiserver and etcd: set KUBEBUILDER_ASSETS to a folder holding both "
               "(.ci/run unpacks ../shared/kube/*.xz into ~/.cache/planner/kube-assets and sets it)")
-# Every request's metadata (who, verb, resource, name, response code), from the moment the response started.
+# Every request's metadata (who, verb, resource, name, response code); writes of a /scale and of Leases also
+# with their body, so that a test reads which replicas were written when, and who renewed a Lease until when.
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                "rules": [{"level": "Metadata"}]}
+                "rules": [{"level": "Request", "verbs": ["update", "patch", "create"],
+                           "resources": [{"group": "apps", "resources": ["deployments/scale", "statefulsets/scale"]},
+                                         {"group": "coordination.k8s.io", "resources": ["leases"]}]},
+                          {"level": "Metadata"}]}
 
 
 def assets_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> Path | None:
