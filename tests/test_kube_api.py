@@ -212,16 +212,18 @@ def test_a_missing_target_is_named_and_the_other_pool_still_moves(kube: KubeAPIS
     apply(kube, [deployment(ns, "pre", 1)])  # no "dec"
     metrics = PlannerMetrics()
     loop = loop_in(kube, ns, sa_with(kube, ns, [SCALE_RULE, EVENT_RULE]), metrics=metrics)
+    clock = loop.clock
+    assert isinstance(clock, FakeClock)
     first = loop.tick()
     assert first.error is not None and "not found" in first.error and errors(metrics, "seed") == 1
     assert replicas(kube, ns, "pre") == 1  # nothing written before every target could be read
     apply(kube, [deployment(ns, "dec", 1)])
-    loop.clock.advance(30)
+    clock.advance(30)
     assert loop.tick().error is None and replicas(kube, ns, "dec") > 1  # seeded once it exists, and acting
     kube.kubectl("-n", ns, "delete", "deployment", "dec")
     before = replicas(kube, ns, "pre")
     loop.source = Load(120.0)
-    loop.clock.advance(30)
+    clock.advance(30)
     third = loop.tick()
     assert third.error is not None and "not found" in third.error and "pools.decode.target" in third.error
     assert errors(metrics, "actuate") == 1 and replicas(kube, ns, "pre") > before  # the other pool still moves

@@ -290,9 +290,11 @@ class KubeAPIServer:
                 raise
         request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
             audiences=[ISSUER], expiration_seconds=expiration_s))
-        token = core.create_namespaced_service_account_token(name, namespace, request).status.token
-        self._tokens[key] = token
-        return str(token)
+        status = core.create_namespaced_service_account_token(name, namespace, request).status
+        if status is None or not status.token:
+            raise RuntimeError(f"TokenRequest for {namespace}/{name} answered no token")
+        self._tokens[key] = str(status.token)
+        return self._tokens[key]
 
     def kubeconfig_for(self, namespace: str, name: str) -> Path:
         """A kubeconfig that authenticates as ServiceAccount ``namespace/name``."""
