@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING
 import pytest
 
 from tests.support.engine_fixtures import Ledger
+from tests.support.kube_fixtures import kube, kube_namespace, kube_server  # noqa: F401 - fixtures for the kube tests
 
 if TYPE_CHECKING:
     from planner.testing.vllm_server import VllmServer

@@ -60,6 +60,8 @@ PROFILER_PACKAGE = "requests"
 # The profiler's backends (planner/profiler: the kubernetes backend creates and deletes workers) run under
 # `planner profile` or the profile-request controller, never in the control loop these overlays deploy.
 PROFILER_BACKENDS = "profiler"
+# Test helpers (planner/testing: the envtest-style API server makes ServiceAccounts and their tokens as admin).
+TESTING_PACKAGE = "testing"
 
 
 def referenced_api_methods(root: Path, skip: tuple[str, ...] = ()) -> set[tuple[str, str]]:
@@ -111,7 +113,7 @@ def custom_kinds() -> list[tuple[str, str]]:
 def code_permissions() -> frozenset[tuple[str, str, str]]:
     """(group, resource, verb) for every API call in planner/, custom-object templates expanded."""
     out: set[tuple[str, str, str]] = set()
-    for cls_name, method in referenced_api_methods(REPO / "planner", skip=(PROFILER_PACKAGE, PROFILER_BACKENDS)):
+    for cls_name, method in referenced_api_methods(REPO / "planner", skip=(PROFILER_PACKAGE, PROFILER_BACKENDS, TESTING_PACKAGE)):
         group, resource, verb, _ = permission(*endpoint(cls_name, method))
         if group == "{group}":
             out |= {(g, resource.replace("{plural}", p), verb) for g, p in custom_kinds()}

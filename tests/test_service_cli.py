@@ -46,3 +46,33 @@ def test_bad_input_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture, args
     rc = run(["run", "--policy", str(path), "--once", "--metrics-url", "http://127.0.0.1:9", *args])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err
+
+
+# interval_s 30 (policies/example.yaml): (flags, the one-line error)
+LEASE_TIMINGS = [
+    (["--lease-duration-s", "20", "--renew-deadline-s", "30"], "--renew-deadline-s 30: must be less than "
+     "--lease-duration-s 20"),
+    (["--lease-duration-s", "60", "--renew-deadline-s", "40", "--retry-period-s", "40"],
+     "--retry-period-s 40: must be less than --renew-deadline-s 40 / 1.2"),
+    (["--lease-duration-s", "40"], "must exceed the policy's interval_s 30 + --retry-period-s"),
+    (["--lease-duration-s", "0"], "--lease-duration-s 0: must be > 0"),
+    (["--retry-period-s", "-1"], "--retry-period-s -1: must be > 0"),
+]
+
+
+@pytest.mark.parametrize(("flags", "message"), LEASE_TIMINGS, ids=["deadline>=lease", "retry>=deadline",
+                                                                   "deadline<=interval+retry", "zero", "negative"])
+def test_lease_timings_that_cannot_work_are_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture, flags: list[str],
+                                                   message: str) -> None:
+    rc = run(["run", "--policy", str(write_policy(tmp_path)), "--once", "--leader-elect", "--metrics-url",
+              "http://127.0.0.1:9", *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err, err
+    assert len([line for line in err.splitlines() if line.strip()]) == 1, err
+
+
+def test_lease_timings_need_leader_election(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    rc = run(["run", "--policy", str(write_policy(tmp_path)), "--once", "--metrics-url", "http://127.0.0.1:9",
+              "--renew-deadline-s", "20"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--renew-deadline-s: only with --leader-elect" in err

@@ -114,3 +114,26 @@ def test_lease_times_always_carry_microseconds(kube: FakeKube) -> None:
     assert a.step(1_700_000_000.0)  # a whole second: isoformat() would drop the fraction
     renew = kube.leases[("llm", "planner")]["spec"]["renewTime"]
     assert renew.startswith("2023-11-14T22:13:20.") and len(renew.split(".")[1].split("+")[0]) == 6
+
+
+def test_the_leader_gauge_drops_when_the_renew_deadline_passes_not_at_the_next_tick(kube: FakeKube,
+                                                                                   repo) -> None:  # noqa: ANN001
+    """planner_leader is read when scraped, by the local clock: cut off after its last renewal, a leader
+    says 0 once its renew deadline has passed, with no tick in between (two replicas said 1 for seconds)."""
+    policy = parse_policy({"name": "p", "profile": str(repo / "profiles/h200/qwen3-8b.json"),
+                           "pools": {"prefill": {}, "decode": {}}, "actuator": {"kind": "keda"}})
+    clock = FakeClock(T0)
+    store = DesiredStore(policy.name, policy.pool_names())
+    lease = LeaseElector(kube.api_client(), "planner", "llm", "a", 30.0, clock=clock.now_s, renew_deadline_s=20.0)
+    loop = ControlLoop(policy, make_planner_controller(policy, load_profile(policy.profile)), Steady(),
+                       PublishActuator(store, "keda"), PlannerMetrics(), clock, store=store, elector=lease)
+
+    def gauge() -> float | None:
+        return loop.metrics.registry.get_sample_value("planner_leader", {"policy": "p"})
+
+    assert gauge() == 0  # not stepped yet: not leading
+    assert loop.tick().leader
+    for after_s, expected in ((10.0, 1.0), (19.5, 1.0), (20.0, 0.0), (29.0, 0.0)):
+        clock.advance(T0 + after_s - clock.now_s())
+        assert gauge() == expected, after_s
+    assert loop.ticks == 1  # no tick ran while the gauge changed

@@ -66,6 +66,18 @@ def test_leader_election_wiring(tmp_path: Path, kube: FakeKube, monkeypatch: pyt
     assert kube.leases[("serving", "planner")]["spec"]["holderIdentity"] == "pod-a"
 
 
+def test_lease_timings_reach_the_elector(tmp_path: Path, kube: FakeKube) -> None:
+    opts = RunOptions(policy_file(tmp_path, "kubernetes"), leader_elect=True, identity="pod-a", lease_namespace="llm",
+                      lease_duration_s=45, renew_deadline_s=40, retry_period_s=5)
+    e = build_loop(opts, api_client=kube.api_client()).elector
+    assert isinstance(e, LeaseElector)
+    assert (e.lease_duration_s, e.renew_deadline_s, e.retry_period_s, e.request_timeout_s) == (45, 40, 5, 5)
+    defaults = build_loop(RunOptions(policy_file(tmp_path, "kubernetes"), leader_elect=True, identity="pod-b",
+                                     lease_namespace="llm"), api_client=kube.api_client()).elector
+    assert isinstance(defaults, LeaseElector)
+    assert (defaults.lease_duration_s, defaults.renew_deadline_s, defaults.retry_period_s) == (90, 60, 15)
+
+
 def test_service_serves_and_stops(tmp_path: Path) -> None:
     service = Service(RunOptions(policy_file(tmp_path, "keda"), host="127.0.0.1", port=0, grpc_port=0)).start()
     try:

@@ -68,6 +68,15 @@ def register(app: typer.Typer) -> None:
                                                             "namespace")] = None,
         identity: Annotated[str | None, typer.Option(help="leader-election identity (default: "
                                                      "hostname)")] = None,
+        lease_duration_s: Annotated[float | None, typer.Option("--lease-duration-s", help="how long a Lease "
+                                                               "holds without renewal (default: 3 intervals, at "
+                                                               "least 15 s)")] = None,
+        renew_deadline_s: Annotated[float | None, typer.Option("--renew-deadline-s", help="a leader that could "
+                                                               "not renew for this long stops acting (default: 2/3 "
+                                                               "of the lease)")] = None,
+        retry_period_s: Annotated[float | None, typer.Option("--retry-period-s", help="at most one Lease "
+                                                             "renewal per this period; calls happen on the ticks "
+                                                             "(default: half an interval)")] = None,
         log_level: Annotated[str, typer.Option("--log-level", help="DEBUG | INFO | WARNING")] = "INFO",
         log_format: Annotated[str, typer.Option("--log-format", help="text | json (one object a line)")] = "text",
         api_token_file: Annotated[Path | None, typer.Option("--api-token-file", help="bearer token every "
@@ -78,12 +87,18 @@ def register(app: typer.Typer) -> None:
         from planner.service.runner import RunOptions, build_loops, serve
 
         level = _check_args(log_level, log_format, {"--port": port, "--grpc-port": grpc_port})
+        timing = {"--lease-duration-s": lease_duration_s, "--renew-deadline-s": renew_deadline_s,
+                  "--retry-period-s": retry_period_s}
+        given = [flag for flag, value in timing.items() if value is not None]
+        if given and not leader_elect:
+            raise UserError(f"{given[0]}: only with --leader-elect (there is no Lease without it)")
         token = read_token(api_token_file)
         setup_logging(level, log_format)
         opts = RunOptions(policy[0], dry_run=dry_run, once=once, host=host, port=port, grpc_port=grpc_port,
                           metrics_url=metrics_url, leader_elect=leader_elect, lease_name=lease_name,
                           lease_namespace=lease_namespace, identity=identity, more_policies=tuple(policy[1:]),
-                          api_token=token)
+                          api_token=token, lease_duration_s=lease_duration_s, renew_deadline_s=renew_deadline_s,
+                          retry_period_s=retry_period_s)
         if not once:
             check_port_free("--port", host, port)
             check_port_free("--grpc-port", host, grpc_port)

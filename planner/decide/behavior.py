@@ -5,6 +5,15 @@ field names promise: the scale-up recommendation is the *minimum* of the recomme
 window (a spike must persist to be acted on), the scale-down one the *maximum* in the scale-down window
 (a dip must persist); then the rate policies cap the change against the replicas the pool had at the start
 of each policy's period; then floors and ceilings. Time is an argument, never read from a clock.
+
+Two points where a live loop differs from HPA's exact arithmetic:
+- the period's start counts both directions' events, as HPA's ``periodStartReplicas = current - added +
+  removed`` does (a pool that went up 2 and down 1 within the period started 1 below where it is);
+- windows and periods end on a tolerance of the tick's jitter (``JITTER_SHARE`` of the interval): a live
+  tick lands a few hundred ms either side of its grid point, so an event exactly one period old is sometimes
+  19.9 s and sometimes 20.1 s old, and comparing exactly held a step or a release for one whole extra tick at
+  random (20 s steps came 25 s apart at a 5 s interval). The simulator's exact clock always lands on the
+  boundary; with the tolerance a live run releases on the same tick the backtest does.
 """
 
 from __future__ import annotations
@@ -23,6 +32,9 @@ OSCILLATION_AUDIT_S = 3600.0  # how long direction changes are remembered
 # around a steady load. Scale-ups are never held back: they protect the SLA.
 FLAP_SHARE = 0.2
 FLAP_MIN_REPLICAS = 2
+# A window or period counts as over when at most this share of a tick remains: enough for the jitter of a
+# live tick (its start lands late by up to a few hundred ms), too little to release a whole tick early.
+JITTER_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -47,13 +59,19 @@ def _period(rules: Behavior) -> float:
     return float(max(periods, default=0))
 
 
-def _up_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, int], ...], now_s: float) -> int:
+def period_start(current: int, events: tuple[tuple[float, int], ...], since_s: float) -> int:
+    """HPA's ``periodStartReplicas``: where the pool was at ``since_s``, undoing the scale-ups *and*
+    scale-downs recorded after it (``current - added + removed``)."""
+    return current - sum(d for t, d in events if t > since_s)
+
+
+def _up_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, int], ...], now_s: float,
+              tolerance_s: float = 0.0) -> int:
     if rules.select_policy == "disabled":
         return current
     limits = []
     for pol in rules.policies:
-        added = sum(d for t, d in events if d > 0 and t > now_s - pol.period_s)
-        start = current - added
+        start = period_start(current, events, now_s - pol.period_s + tolerance_s)
         if pol.type == "pods":
             limits.append(start + pol.value)
         else:
@@ -64,13 +82,13 @@ def _up_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, int]
     return max(limits) if rules.select_policy == "max" else min(limits)
 
 
-def _down_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, int], ...], now_s: float) -> int:
+def _down_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, int], ...], now_s: float,
+                tolerance_s: float = 0.0) -> int:
     if rules.select_policy == "disabled":
         return current
     limits = []
     for pol in rules.policies:
-        removed = -sum(d for t, d in events if d < 0 and t > now_s - pol.period_s)
-        start = current + removed
+        start = period_start(current, events, now_s - pol.period_s + tolerance_s)
         if pol.type == "pods":
             limits.append(start - pol.value)
         else:
@@ -82,15 +100,15 @@ def _down_limit(rules: ScalingRules, current: int, events: tuple[tuple[float, in
 
 
 def _rate_limited(out: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior,
-                  reasons: list[Reason]) -> int:
+                  reasons: list[Reason], tolerance_s: float = 0.0) -> int:
     """The scale-up/scale-down policies' cap on the change this tick (appends the reason when it binds)."""
     if out > current:
-        limit = _up_limit(rules.scale_up, current, memory.events, now_s)
+        limit = _up_limit(rules.scale_up, current, memory.events, now_s, tolerance_s)
         if out > limit:
             reasons.append(Reason.SCALE_UP_LIMIT)
             return max(current, limit)
     elif out < current:
-        limit = _down_limit(rules.scale_down, current, memory.events, now_s)
+        limit = _down_limit(rules.scale_down, current, memory.events, now_s, tolerance_s)
         if out < limit:
             reasons.append(Reason.SCALE_DOWN_LIMIT)
             return min(current, limit)
@@ -98,13 +116,15 @@ def _rate_limited(out: int, current: int, memory: PoolMemory, now_s: float, rule
 
 
 def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior, spec: PoolSpec,
-           allow_down: bool = True, flap_guard: bool = True, keep_s: float = 0.0) -> Behaved:
+           allow_down: bool = True, flap_guard: bool = True, keep_s: float = 0.0, tick_s: float = 0.0) -> Behaved:
     """The replicas to ask for this tick, the reason for every clamp, and the memory to carry forward.
 
     ``flap_guard`` adds the planner's one rule beyond HPA's (a scale-down that reverses a recent reversal must
     be a real change); the reactive baseline, which is HPA, runs without it. Recommendations are remembered
-    for the longer of ``rules``' windows and ``keep_s``.
+    for the longer of ``rules``' windows and ``keep_s``. ``tick_s``: the interval the caller ticks on; a
+    window or period with less than ``JITTER_SHARE`` of it left counts as over (0: exact comparisons).
     """
+    tolerance_s = JITTER_SHARE * max(0.0, tick_s)
     reasons: list[Reason] = []
     rec = desired
     if current > 0 and rec != current and abs(rec / current - 1.0) <= rules.tolerance:
@@ -113,8 +133,8 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
 
     keep_after = now_s - max(_window(rules), keep_s)
     history = tuple((t, r) for t, r in memory.recommendations if t > keep_after)
-    up_cut = now_s - rules.scale_up.stabilization_window_s
-    down_cut = now_s - rules.scale_down.stabilization_window_s
+    up_cut = now_s - rules.scale_up.stabilization_window_s + tolerance_s
+    down_cut = now_s - rules.scale_down.stabilization_window_s + tolerance_s
     up_rec = min([rec, *(r for t, r in history if t > up_cut)])
     down_rec = max([rec, *(r for t, r in history if t > down_cut)])
     stabilised = current
@@ -127,7 +147,7 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
     if rec < current and stabilised > rec:
         reasons.append(Reason.SCALE_DOWN_STABILIZED)
 
-    out = _rate_limited(stabilised, current, memory, now_s, rules, reasons)
+    out = _rate_limited(stabilised, current, memory, now_s, rules, reasons, tolerance_s)
 
     if flap_guard and out < current and memory.last_direction > 0:
         # Judged on where the pool is heading (the stabilised recommendation), not on this tick's
@@ -208,6 +228,7 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
         memory = state.pool(pool)
         ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
         current = current_replicas(policy.pool(pool), memory, ready)
-        b = behave(desired[pool], current, memory, now_s, rules, policy.pool(pool), allow_down[pool], keep_s=keep_s)
+        b = behave(desired[pool], current, memory, now_s, rules, policy.pool(pool), allow_down[pool], keep_s=keep_s,
+                   tick_s=float(policy.interval_s))
         out[pool] = Recommended(current, b.replicas, b.memory, (*why[pool], *b.reasons))
     return out

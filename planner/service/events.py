@@ -70,17 +70,40 @@ class ScaleEvents:
                 continue
             failed += not self._emit(t, self._body(t, event_reason(d),
                                                    event_message(self.policy, pool, before, after, d, observation),
-                                                   now_s))
+                                                   now_s, self._identity(t)))
         return failed
 
-    def _body(self, t: ScaleTarget, reason: str, message: str, now_s: float) -> Any:
+    def _identity(self, t: ScaleTarget) -> tuple[str | None, str | None]:
+        """(uid, resourceVersion) of the target, read from its Scale (the planner may read it): without the
+        uid ``kubectl describe`` does not find the Event (it lists events by the object's uid)."""
+        from kubernetes import client
+
+        try:
+            if t.builtin:
+                apps = client.AppsV1Api(self.core.api_client)
+                fn = (apps.read_namespaced_deployment_scale if t.plural == "deployments"
+                      else apps.read_namespaced_stateful_set_scale)
+                meta = fn(t.name, t.namespace, _request_timeout=self.request_timeout_s).metadata
+                return (meta.uid, meta.resource_version) if meta is not None else (None, None)
+            obj: Any = client.CustomObjectsApi(self.core.api_client).get_namespaced_custom_object_scale(
+                t.group, t.version, t.namespace, t.plural, t.name, _request_timeout=self.request_timeout_s)
+            meta_d = obj.get("metadata") or {}
+            return meta_d.get("uid"), meta_d.get("resourceVersion")
+        except Exception as exc:  # noqa: BLE001 - best effort: the Event still goes out, without the uid
+            self.logger.debug("cannot read %s for its uid: %s", t.describe(), exc)
+            return None, None
+
+    def _body(self, t: ScaleTarget, reason: str, message: str, now_s: float,
+              identity: tuple[str | None, str | None] = (None, None)) -> Any:
         from kubernetes import client
 
         at = datetime.fromtimestamp(now_s, tz=UTC)
+        uid, resource_version = identity
         return client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=f"{t.name}.{int(now_s * 1e9):x}", namespace=t.namespace),
             involved_object=client.V1ObjectReference(api_version=t.api_version, kind=t.kind, name=t.name,
-                                                     namespace=t.namespace),
+                                                     namespace=t.namespace, uid=uid,
+                                                     resource_version=resource_version),
             reason=reason, message=message, type="Normal", action="Scale", count=1,
             first_timestamp=at, last_timestamp=at, source=client.V1EventSource(component=COMPONENT),
             reporting_component=COMPONENT, reporting_instance=self.instance[:128])

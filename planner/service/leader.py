@@ -10,9 +10,15 @@ Safety against split brain:
 - every Lease call carries ``request_timeout_s`` (default a fifth of the lease, at most 5 s): an API server
   that accepts connections and never answers costs one timeout, not the lease;
 - after a failed call leadership is judged by the clock *after* the call, not by the tick's start;
-- ``may_write()``, asked by the actuator right before every write, refuses once the lease may have
-  expired (last renewal + duration - ``request_timeout_s``, the longest a write may still be in flight), so
-  an old leader never writes after a standby may have taken over.
+- ``may_write()``, asked by the actuator right before every write, refuses once the renew deadline has
+  passed since the last renewal (``renew_deadline_s``, at most the lease less ``request_timeout_s``, the
+  longest a write may still be in flight), so an old leader never writes after a standby may have taken over;
+- ``leads_now()`` is the same judgement by the local clock at any moment: ``planner_leader`` reads it when
+  scraped, so a leader cut off from the API server reports 0 as soon as its deadline passes, not at the next
+  tick.
+Timing follows client-go's names: ``lease_duration_s`` > ``renew_deadline_s`` > ``retry_period_s``. Lease calls
+happen on the loop's ticks; a renewal younger than ``retry_period_s`` is not repeated (the loops of one process
+would otherwise race each other to a 409). ``check_timing`` says which combinations work with an interval.
 A lease that cannot be taken at all (403: no RBAC on leases; 404 on the API; unreachable) is a *problem*
 (``problem``): logged with the RBAC hint when it starts, counted by the loop each tick, and it fails
 readiness. Losing a race or finding the lease held by another candidate is not a problem: that is standby.
@@ -31,6 +37,36 @@ RBAC_HINT = ("the planner's ServiceAccount needs get/update on the Lease {name!r
              "namespace {namespace} (deploy/components/leader-election)")
 
 
+def default_timing(interval_s: float, lease_duration_s: float | None = None, renew_deadline_s: float | None = None,
+                   retry_period_s: float | None = None) -> tuple[float, float, float]:
+    """(lease duration, renew deadline, retry period) with the defaults filled in: the lease 3 intervals (at
+    least 15 s), the deadline two thirds of it, the retry period half an interval (every tick renews)."""
+    lease = float(max(15.0, 3.0 * interval_s) if lease_duration_s is None else lease_duration_s)
+    renew = float(lease * 2.0 / 3.0 if renew_deadline_s is None else renew_deadline_s)
+    retry = float(min(interval_s / 2.0, renew / 3.0) if retry_period_s is None else retry_period_s)
+    return lease, renew, retry
+
+
+def check_timing(interval_s: float, lease_duration_s: float, renew_deadline_s: float,
+                 retry_period_s: float) -> str | None:
+    """Why these lease timings cannot work with a loop ticking every ``interval_s`` (None when they can)."""
+    for flag, value in (("--lease-duration-s", lease_duration_s), ("--renew-deadline-s", renew_deadline_s),
+                        ("--retry-period-s", retry_period_s)):
+        if not value > 0:
+            return f"{flag} {value:g}: must be > 0"
+    if renew_deadline_s >= lease_duration_s:
+        return (f"--renew-deadline-s {renew_deadline_s:g}: must be less than --lease-duration-s "
+                f"{lease_duration_s:g} (a leader must stop acting before a standby may take the lease)")
+    if renew_deadline_s <= 1.2 * retry_period_s:
+        return (f"--retry-period-s {retry_period_s:g}: must be less than --renew-deadline-s {renew_deadline_s:g} "
+                "/ 1.2 (as client-go requires: a renewal must be retried before the deadline)")
+    if renew_deadline_s <= interval_s + retry_period_s:
+        return (f"--renew-deadline-s {renew_deadline_s:g}: must exceed the policy's interval_s {interval_s:g} + "
+                f"--retry-period-s {retry_period_s:g}: the lease is renewed on the ticks, and a healthy leader "
+                "would lose it between two")
+    return None
+
+
 def _ts(now_s: float) -> datetime:
     # The API server parses Lease times as RFC3339 with exactly six fractional digits (MicroTime), but the
     # client serialises with isoformat(), which drops the fraction when it is zero: never send a zero one.
@@ -41,7 +77,8 @@ def _ts(now_s: float) -> datetime:
 class LeaseElector:
     def __init__(self, api_client: Any, name: str, namespace: str, identity: str, lease_duration_s: float,
                  logger: logging.Logger = log, *, clock: Callable[[], float] | None = None,
-                 request_timeout_s: float | None = None) -> None:
+                 request_timeout_s: float | None = None, renew_deadline_s: float | None = None,
+                 retry_period_s: float | None = None) -> None:
         from kubernetes import client
 
         if lease_duration_s <= 0:
@@ -50,6 +87,10 @@ class LeaseElector:
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_duration_s = float(lease_duration_s)
         self.request_timeout_s = float(request_timeout_s or max(0.1, min(5.0, self.lease_duration_s / 5.0)))
+        # Past the deadline a write could still be in flight when the lease ends: at most lease - timeout.
+        most_s = self.lease_duration_s - self.request_timeout_s
+        self.renew_deadline_s = min(float(renew_deadline_s), most_s) if renew_deadline_s else most_s
+        self.retry_period_s = float(retry_period_s or self.lease_duration_s / 3.0)
         self.logger = logger
         self.clock = clock  # the control loop's clock; None: judge by the ``now_s`` each call is given
         self._renewed_s: float | None = None  # our last successful acquire/renew
@@ -66,11 +107,15 @@ class LeaseElector:
         now_s = self._now(self._renewed_s or 0.0)
         if not self._leader or self._renewed_s is None:
             return f"not the leader of lease {self.namespace}/{self.name}"
-        left_s = self._renewed_s + self.lease_duration_s - now_s
-        if left_s <= self.request_timeout_s:
+        if now_s - self._renewed_s >= self.renew_deadline_s:
             return (f"lease {self.namespace}/{self.name} last renewed {now_s - self._renewed_s:.1f}s ago "
-                    f"(duration {self.lease_duration_s:g}s): another candidate may lead by now")
+                    f"(renew deadline {self.renew_deadline_s:g}s, duration {self.lease_duration_s:g}s): another "
+                    "candidate may lead by now")
         return None
+
+    def leads_now(self) -> bool:
+        """Whether this candidate leads by the local clock now (``planner_leader``, read when scraped)."""
+        return self.may_write() is None if self.clock is not None else self._leader
 
     @property
     def is_leader(self) -> bool:
@@ -90,7 +135,7 @@ class LeaseElector:
         lease is not repeated (the loops of one process would otherwise race each other to a 409)."""
         with self._lock:
             if self._leader and self._renewed_s is not None and 0 <= now_s - self._renewed_s < \
-                    self.lease_duration_s / 3:
+                    self.retry_period_s:
                 return True
             return self._step_locked(now_s)
 
@@ -128,7 +173,7 @@ class LeaseElector:
         return f"{where}: API error {exc.status} {exc.reason}"
 
     def _within_lease(self, now_s: float) -> bool:
-        return self._leader and self._renewed_s is not None and now_s - self._renewed_s < self.lease_duration_s
+        return self._leader and self._renewed_s is not None and now_s - self._renewed_s < self.renew_deadline_s
 
     def _step(self, now_s: float) -> bool:
         from kubernetes import client

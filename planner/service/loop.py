@@ -150,6 +150,11 @@ class ControlLoop:
         self._said_unseedable = False
         self.last: TickResult | None = None
         record_sla(metrics, self.name, policy.sla.ttft_ms, policy.sla.itl_ms, policy.sla.percentile)
+        leads_now = getattr(elector, "leads_now", None)
+        if leads_now is not None:
+            # Read when scraped, by the local clock: a leader cut off from the API server says 0 as soon as
+            # its renew deadline passes, not at its next tick (two replicas said 1 for seconds).
+            metrics.leader.labels(policy=self.name).set_function(lambda: 1.0 if leads_now() else 0.0)
 
     # ------------------------------------------------------------------------------------------ one tick
     def tick(self) -> TickResult:
@@ -186,7 +191,8 @@ class ControlLoop:
             return True
         leader = self.elector.step(now_s)
         problem = self.elector.problem
-        self.metrics.leader.labels(policy=self.name).set(1 if leader else 0)
+        if getattr(self.elector, "leads_now", None) is None:
+            self.metrics.leader.labels(policy=self.name).set(1 if leader else 0)
         self.monitor.set_problem("lease", problem)
         if problem is not None:
             record_error(self.metrics, self.name, "leader")

@@ -55,7 +55,9 @@ class RunOptions:
     lease_name: str = "planner"
     lease_namespace: str | None = None
     identity: str | None = None
-    lease_duration_s: float | None = None
+    lease_duration_s: float | None = None  # None: default_timing's (3 intervals, at least 15 s)
+    renew_deadline_s: float | None = None  # None: two thirds of the lease
+    retry_period_s: float | None = None  # None: half an interval
     more_policies: tuple[Path, ...] = ()  # planner run --policy A --policy B: B, ...
     api_token: str | None = None  # --api-token-file's content: required on every non-GET request
 
@@ -82,8 +84,21 @@ def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -
 
     namespace = opts.lease_namespace or _own_namespace(policy)
     identity = opts.identity or os.environ.get("HOSTNAME") or socket.gethostname()
-    duration = opts.lease_duration_s or max(15.0, 3.0 * policy.interval_s)
-    return LeaseElector(api_client, opts.lease_name, namespace, identity, duration, clock=clock.now_s)
+    lease, renew, retry = lease_timing(opts, policy.interval_s)
+    return LeaseElector(api_client, opts.lease_name, namespace, identity, lease, clock=clock.now_s,
+                        renew_deadline_s=renew, retry_period_s=retry,
+                        request_timeout_s=max(0.1, min(5.0, lease / 5.0, lease - renew)))
+
+
+def lease_timing(opts: RunOptions, interval_s: float) -> tuple[float, float, float]:
+    """(lease duration, renew deadline, retry period) for a loop ticking every ``interval_s``, checked."""
+    from planner.service.leader import check_timing, default_timing
+
+    timing = default_timing(interval_s, opts.lease_duration_s, opts.renew_deadline_s, opts.retry_period_s)
+    problem = check_timing(interval_s, *timing)
+    if problem:
+        raise UserError(problem)
+    return timing
 
 
 def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = None,
@@ -143,6 +158,9 @@ def _build_loops(opts: RunOptions, clock: Clock | None,
     """``build_loops``, with the one elector they share (None without ``--leader-elect``)."""
     clock = clock or SystemClock()
     metrics = PlannerMetrics()
+    if opts.leader_elect:  # one Lease for every policy: its timing must suit the slowest loop
+        slowest_s = max(_load(path)[0].interval_s for path in opts.policy_paths)
+        lease_timing(opts, slowest_s)
     loops: list[ControlLoop] = []
     elector = None
     for path in opts.policy_paths:
