@@ -171,3 +171,33 @@ def test_the_controller_measures_the_budget_in_a_replay_and_spends_it() -> None:
     met = done & (r["ttft_s"] * 1e3 <= pol.sla.ttft_ms) & (r["itl_mean_s"] * 1e3 <= pol.sla.itl_ms)
     assert b.attainment <= met.sum() / done.sum() + 0.01
     assert b.attainment >= met.sum() / done.sum() - 0.05
+
+
+def test_off_holds_the_suites_figures_and_on_moves_them() -> None:
+    """The off switch keeps the suite's planner row exactly: a quick suite scenario replayed under the example
+    as shipped and with ``sla.budget_control: false`` written out gives the same decisions, GPU-hours and
+    attainment; with it on, the same replay runs the budget stage (its reasons on most decisions), so the
+    comparison would see a switch that did not switch."""
+    from planner.bench import scenarios
+    from planner.sim.evaluate.backtest import planner_run, score_run, sim_setup
+
+    s = scenarios.pick(["chat-docs"])[0]
+    shipped = scenarios.scenario_policy()
+    assert shipped.sla.budget_control is False
+    trace = scenarios.scenario_trace(s, None, quick=True)
+    profile = scenarios.scenario_profile(s, shipped)
+
+    def row(policy: PolicyFile) -> tuple[dict, list]:
+        ctx, config = sim_setup(trace, profile, policy, warmup_s=scenarios.warmup_s(s, True))
+        summary, rep = score_run(planner_run(ctx, None), ctx, config)
+        return summary, [(d.targets(), d.reasons) for d in rep.decisions]
+
+    def with_budget(on: bool) -> PolicyFile:
+        return shipped.model_copy(update={"sla": shipped.sla.model_copy(update={"budget_control": on})})
+
+    base, off, on = row(shipped), row(with_budget(False)), row(with_budget(True))
+    assert off[1] == base[1]
+    assert (off[0]["gpu_hours"], off[0]["attainment_joint"]) == (base[0]["gpu_hours"], base[0]["attainment_joint"])
+    budget = {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING}
+    assert not any(budget & set(reasons) for _, reasons in base[1])
+    assert sum(bool(budget & set(reasons)) for _, reasons in on[1]) > len(on[1]) / 2
