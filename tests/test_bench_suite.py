@@ -37,12 +37,18 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], shown: str, tmp_path:
     assert not out.exists()  # nothing ran
 
 
-def test_missing_shared_traces_name_the_folder_expected(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_traces_folder_without_a_scenario_file_names_the_file(tmp_path: Path) -> None:
     from planner.errors import UserError
 
-    with pytest.raises(UserError, match=r"^traces: no shared/traces folder beside the repository .*azure-conv"):
-        scenarios.check_traces(scenarios.pick(["azure-conv", "long-lognormal"]), None)
-    scenarios.check_traces(scenarios.pick(["long-lognormal", "chat-docs"]), None)  # synthetic: no traces needed
+    with pytest.raises(UserError, match=r"^traces: .*azure2023/AzureLLMInferenceTrace_conv.csv not found "
+                                        r"\(scenario azure-conv\)"):
+        scenarios.check_traces(scenarios.pick(["azure-conv", "long-lognormal"]), tmp_path)
+    scenarios.check_traces(scenarios.pick(["long-lognormal", "chat-docs"]), tmp_path)  # synthetic: no traces needed
+
+
+def test_every_scenario_trace_ships_in_the_repository() -> None:
+    assert TRACES == Path(__file__).resolve().parent.parent / "profiles" / "traces"
+    scenarios.check_traces(scenarios.pick(None), None)  # the default folder holds every file
 
 
 @pytest.mark.parametrize(("mix", "isl_mean", "isl_p99"), [
@@ -144,7 +150,6 @@ def test_quick_suite_on_one_synthetic_scenario_under_another_policy(tmp_path: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(TRACES is None, reason="no shared/traces beside the repository")
 def test_quick_suite_end_to_end(tmp_path: Path, capsys) -> None:
     out = tmp_path / "suite"
     assert run(["bench", "suite", "--quick", "--out", str(out)]) == 0

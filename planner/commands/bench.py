@@ -26,7 +26,7 @@ def bench_profile(
 
 
 def bench_sim(
-    trace: Annotated[Path | None, typer.Option(help="trace (default: shared Azure conv)")] = None,
+    trace: Annotated[Path | None, typer.Option(help="trace (default: the shipped Azure conv)")] = None,
     rate_scale: Annotated[float, typer.Option("--rate-scale")] = 10.0,
     profile: Annotated[Path | None, typer.Option(help="profile (default profiles/h200/qwen3-32b.json)")] = None,
     mode: Annotated[str, typer.Option(help=" | ".join(Mode))] = Mode.DISAGGREGATED.value,
@@ -62,8 +62,8 @@ def bench_forecast(
     horizon_s: Annotated[float, typer.Option("--horizon-s", help="start-up + interval (s)")] = 150.0,
     held_out: Annotated[bool, typer.Option("--held-out", help="instead of latency: auto's MASE, last-value's "
                                            "and their ratio per series auto was never tuned on")] = False,
-    traces: Annotated[Path, typer.Option("--traces", help="with --held-out: the shared traces folder "
-                                         "(azure2023/, servegen/)")] = Path("../shared/traces"),
+    traces: Annotated[Path | None, typer.Option("--traces", help="with --held-out: the traces folder "
+                                                "(azure2023/, servegen/; default: the shipped profiles/traces)")] = None,
     which: Annotated[str, typer.Option("--set", help="with --held-out: real | synthetic | training | all")] = "real",
     workers: Annotated[int, typer.Option(help="with --held-out: processes")] = os.cpu_count() or 1,
     out: Annotated[Path | None, typer.Option("--out", help="with --held-out: write the rows as JSON")] = None,
@@ -76,7 +76,9 @@ def bench_forecast(
         if workers < 1:
             raise UserError(f"--workers: {workers} must be >= 1")
         console = Console()
-        report = forecast.held_out(Console(width=max(console.width, 110)), traces, which, workers)
+        from planner.catalog import traces_dir
+
+        report = forecast.held_out(Console(width=max(console.width, 110)), traces or traces_dir(), which, workers)
         if out is not None:
             out.write_text(json.dumps(report, indent=2) + "\n")
         return
@@ -108,7 +110,7 @@ def bench_observe(
 
 # The suite's scenario and trace flags, shared by `bench suite` and `bench seeds`.
 SCENARIOS_HELP = "comma-separated subset (default: all): azure-conv, azure-code, servegen, long-lognormal, chat-docs"
-TRACES_HELP = "folder holding azure2023/ and servegen/ (default: ../shared/traces beside the repository)"
+TRACES_HELP = "folder holding azure2023/ and servegen/ (default: the shipped profiles/traces)"
 
 
 def bench_suite(
@@ -208,7 +210,7 @@ def bench_endpoint(
 
 
 def bench_fidelity(
-    trace: Annotated[Path | None, typer.Option(help="trace (default: shared Azure conv)")] = None,
+    trace: Annotated[Path | None, typer.Option(help="trace (default: the shipped Azure conv)")] = None,
     start_s: Annotated[float, typer.Option("--start-s", help="where in the trace the slice begins (s)")] = 600.0,
     duration_s: Annotated[float, typer.Option("--duration-s", help="replay length (s)")] = 180.0,
     rate: Annotated[float, typer.Option(help="mean request rate of the replay (req/s)")] = 1.0,

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.rule import Rule
 
-from planner.catalog import data_dir
+from planner.catalog import data_dir, traces_dir
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
 
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         console = Console()
         if not console.is_terminal:  # piped to a file: don't squeeze the tables into 80 columns
             console = Console(width=120)
-        trace_path = trace or data_dir() / "traces" / "azure2023-conv.csv"
+        trace_path = trace or traces_dir() / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
         policy = load_policy(data_dir().parent / "policies" / "example.yaml")
         tr = load_requests(trace_path, "azure", rate_scale=rate_scale, duration_s=(minutes + warmup_minutes) * 60.0)
         isl, osl = int(np.mean(tr.isl)), int(np.mean(tr.osl))
