@@ -46,3 +46,14 @@ def test_writable_paths_pass_and_the_probe_leaves_nothing(tmp_path: Path) -> Non
 def test_an_existing_file_that_takes_no_write_is_named() -> None:
     with pytest.raises(UserError, match=r"^--out /proc/version: cannot write: "):
         check_writable("--out", Path("/proc/version"))
+
+
+@pytest.mark.parametrize("out", ["/proc/planner-init", "/sys/planner-init"], ids=["under-proc", "read-only-sysfs"])
+def test_init_names_an_unwritable_out_before_any_progress_line(out: str, capsys) -> None:
+    """The sweep's step lines (stderr) used to come first, then the write failed; now the error is all there is."""
+    rc = run(["init", "--model", "qwen3-32b", "--ttft-ms", "500", "--itl-ms", "30", "--isl", "3000", "--osl", "300",
+              "--rate-rps", "10", "--out", out])
+    printed, err = capsys.readouterr()
+    assert rc == 2 and printed == "", (printed, err)
+    assert len(err.splitlines()) == 1, err  # no "SweepingPrefill: ..." step line before it
+    assert err.startswith(f"error: --out {out}: cannot write: {Path(out).parent} is not writable ("), err
