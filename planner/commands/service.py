@@ -17,6 +17,18 @@ from planner.commands.guards import check_port_free
 from planner.errors import UserError
 
 
+def _check_metrics_url(url: str | None) -> None:
+    """The check metrics.url gets (planner/sources/settings.py), for the flag that overrides it."""
+    from planner.sources.settings import http_url
+
+    if url is None:
+        return
+    try:
+        http_url(url)
+    except ValueError as exc:
+        raise UserError(f"--metrics-url {url!r}: {exc}") from None
+
+
 def _check_args(log_level: str, log_format: str, ports: dict[str, int]) -> int:
     from planner.service.logs import FORMATS
 
@@ -78,6 +90,7 @@ def register(app: typer.Typer) -> None:
         from planner.service.runner import RunOptions, build_loops, serve
 
         level = _check_args(log_level, log_format, {"--port": port, "--grpc-port": grpc_port})
+        _check_metrics_url(metrics_url)
         token = read_token(api_token_file)
         setup_logging(level, log_format)
         opts = RunOptions(policy[0], dry_run=dry_run, once=once, host=host, port=port, grpc_port=grpc_port,
