@@ -112,6 +112,14 @@ def test_every_command_rejects_a_bad_flag_with_exit_2(path: tuple[str, ...], cap
     assert "Traceback" not in out + err
 
 
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "planner" for p in COMMANDS])
+def test_help_shows_no_bool_metavar(path: tuple[str, ...], capsys) -> None:
+    """A flag takes no value: its help row names no type (typer showed `<bool>` for --quick, --dry-run, --help)."""
+    rc, out, err = _via_run([*path, "--help"], capsys)
+    assert rc == 0 and "Usage" in out, out + err
+    assert "<bool>" not in out and "--help" in out, out
+
+
 def _click_classes() -> list:
     params = []
     for home in ("typer._click.exceptions", "click.exceptions"):
