@@ -46,8 +46,8 @@ def test_example_selects_the_pool_label_the_shipped_podmonitors_set() -> None:
     pytest.param({"budget": {"max_gpus": 0}}, ["budget.max_gpus", "ge 1"], id="budget-zero"),
     pytest.param({"sla": {"ttft": 1}}, ["unknown key", "sla.ttft"], id="unknown-key"),
     pytest.param({"mode": "hybrid"}, ["mode", "hybrid"], id="bad-mode"),
-    pytest.param({"pools": {"prefill": {"min_replicas": 5, "max_replicas": 2}}}, ["min_replicas 5", "max_replicas 2"],
-                 id="floor-above-ceiling"),
+    pytest.param({"pools": {"prefill": {"min_replicas": 5, "max_replicas": 2}}},
+                 ["p.yaml: key 'pools.prefill': min_replicas 5 must be <= max_replicas 2"], id="floor-above-ceiling"),
     pytest.param({"behavior": {"scale_up": {"policies": [{"type": "pct", "value": 1, "period_s": 1}]}}},
                  ["behavior.scale_up.policies.0.type", "pct"], id="bad-policy-type"),
 ])
