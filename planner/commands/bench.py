@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from planner.commands.args import parse_models, positive
+from planner.commands.console import out_console
 from planner.errors import UserError
 from planner.types import Mode
 
@@ -22,7 +23,7 @@ def bench_profile(
     """Full default sweep time and the analytical model's error against real H200 measurements."""
     from planner.bench import profile
 
-    profile.run(Console(), repeat, measurements)
+    profile.run(out_console(), repeat, measurements)
 
 
 def bench_sim(
@@ -38,7 +39,7 @@ def bench_sim(
     path = trace or sim.DEFAULT_TRACE
     if not path.exists():
         raise UserError(f"{path}: trace not found (pass --trace)")
-    sim.run(Console(), path, rate_scale, profile or sim.DEFAULT_PROFILE, mode, repeat)
+    sim.run(out_console(), path, rate_scale, profile or sim.DEFAULT_PROFILE, mode, repeat)
 
 
 def bench_decide(
@@ -50,7 +51,7 @@ def bench_decide(
 
     if ticks < 10:
         raise UserError(f"--ticks: {ticks} must be >= 10")
-    decide.run(Console(), policy, ticks)
+    decide.run(out_console(), policy, ticks)
 
 
 def bench_forecast(
@@ -75,7 +76,7 @@ def bench_forecast(
     if held_out:
         if workers < 1:
             raise UserError(f"--workers: {workers} must be >= 1")
-        console = Console()
+        console = out_console()
         from planner.catalog import traces_dir
 
         report = forecast.held_out(Console(width=max(console.width, 110)), traces or traces_dir(), which, workers)
@@ -87,7 +88,7 @@ def bench_forecast(
     if ticks < 1:
         raise UserError(f"--ticks: {ticks} must be >= 1")
     names = parse_models(models) if models else list(forecast.DEFAULT_MODELS)
-    forecast.run(Console(), names, ticks, history_s, step_s, horizon_s)
+    forecast.run(out_console(), names, ticks, history_s, step_s, horizon_s)
 
 
 def bench_observe(
@@ -105,7 +106,7 @@ def bench_observe(
         raise UserError(f"--reads {reads}: must be >= 1")
     if prometheus is None and prometheus_binary() is None:
         raise UserError("no prometheus binary: apt-get install -y prometheus, or pass --prometheus URL")
-    observe.run(Console(), prometheus, policy, reads, window_s)
+    observe.run(out_console(), prometheus, policy, reads, window_s)
 
 
 # The suite's scenario and trace flags, shared by `bench suite` and `bench seeds`.
@@ -143,7 +144,7 @@ def bench_suite(
                         *([f"--scenarios {scenarios}"] if scenarios else []),
                         *([f"--traces {traces}"] if traces else []), f"--out {out}",
                         *([f"--workers {workers}"] if workers else [])])
-    console = Console() if Console().is_terminal else Console(width=150)
+    console = out_console()
     doc = suite.run(console, names, quick, traces or default_traces_dir(), out, n, command, policy)
     suite_table.render(console, doc)
     console.print(f"wrote {out / 'suite.json'}")
@@ -179,7 +180,7 @@ def bench_seeds(
                         *([f"--scenarios {scenarios}"] if scenarios else []),
                         *([f"--traces {traces}"] if traces else []), f"--out {out}",
                         *([f"--workers {workers}"] if workers else [])])
-    console = Console() if Console().is_terminal else Console(width=170)
+    console = out_console()
     runs = study.run(console, dict(zip(labels, paths, strict=True)), names, list(range(seeds)),
                      traces or default_traces_dir(), workers or os.cpu_count() or 1)
     sla_share = scenario_policy(paths[0]).sla.percentile / 100.0
@@ -206,7 +207,7 @@ def bench_endpoint(
             raise UserError(f"{flag}: {value} must be >= 1")
     if not 0 < time_scale <= 100:
         raise UserError(f"--time-scale {time_scale:g}: must be in (0, 100]")
-    endpoint.run(Console(), profile, streams, context, decode_tokens, time_scale)
+    endpoint.run(out_console(), profile, streams, context, decode_tokens, time_scale)
 
 
 def bench_fidelity(
@@ -243,7 +244,7 @@ def bench_fidelity(
         raise UserError(f"{path}: trace not found (pass --trace)")
     spec = SliceSpec(path, start_s, duration_s, rate, max_isl, max_osl)
     options = fidelity.FidelityOptions(spec, chosen, out, iters=iters, decode_tokens=decode_tokens)
-    console = Console()
+    console = out_console()
     with phase_progress(console) as progress:
         results = fidelity.run(console, options, progress)
     console.print(fidelity.table(results))

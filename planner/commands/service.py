@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from planner.commands.console import out_console
 from planner.commands.guards import check_port_free
 from planner.errors import UserError
 
@@ -111,7 +112,7 @@ def _report_once(results: list) -> None:  # list[service.loop.TickResult]
     from planner.types import NoData
 
     out = [tick_json(r) for r in results]
-    Console().print_json(json.dumps(out[0] if len(out) == 1 else out))
+    out_console().print_json(json.dumps(out[0] if len(out) == 1 else out))
     err = Console(stderr=True, highlight=False)
     failed = [r for r in results if r.error or not r.leader]
     for r in failed:
