@@ -23,6 +23,11 @@ def data_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "profiles"
 
 
+def traces_dir() -> Path:
+    """The shipped public traces (``profiles/traces``: azure2023/, servegen/), the default of every --traces."""
+    return data_dir() / "traces"
+
+
 def model_names() -> list[str]:
     return sorted(p.stem for p in (data_dir() / "models").glob("*.json"))
 

@@ -11,7 +11,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from planner.commands import (
     bench,
@@ -43,6 +43,23 @@ def flag_table(command: Any) -> dict[str, str]:
             table[long[0][2:].replace("-", "_")] = long[0]
             table[param.name] = long[0]
     return table
+
+
+def _no_type_for_flags() -> None:
+    """typer (0.2x) shows each option's type in --help, a flag's as ``<bool>`` although it takes no value
+    (``--quick``, ``--help``): a flag shows none. Older typer (no ``display_type_rich``) is left as it is."""
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "flags_untyped", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich.flags_untyped = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_no_type_for_flags()
 
 
 # Parameters that name something a command writes: checked before the command starts (a backtest must not

@@ -82,7 +82,9 @@ def _format_error(source: str, exc: ValidationError) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     value = err.get("input")
-    shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+    # A mapping or list is the section a cross-field check judged (pools.prefill: min above max): the message
+    # names its fields and values; "= dict" would say nothing.
+    shown = "" if isinstance(value, dict | list) else f" = {value!r}"
     msg = err["msg"].removeprefix("Value error, ")
     ctx = err.get("ctx") or {}
     bounds = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
@@ -90,7 +92,7 @@ def _format_error(source: str, exc: ValidationError) -> str:
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     if err["type"] == "extra_forbidden":
         return f"{source}: unknown key {loc!r}{more}"
-    return f"{source}: key {loc!r} = {shown}: {msg}{allowed}{more}"
+    return f"{source}: key {loc!r}{shown}: {msg}{allowed}{more}"
 
 
 def parse_policy(data: Any, source: str = "<policy>", base_dir: Path | None = None) -> PolicyFile:

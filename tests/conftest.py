@@ -1,4 +1,4 @@
-"""Shared test fixtures: paths to the repository, shipped data, the shared/ folder beside the repo, and the
+"""Shared test fixtures: paths to the repository and its shipped data (profiles/: traces, measurements), and the
 vLLM CPU engine (environment + tiny model, made once per session; one aggregated server shared by every
 engine test module that needs one)."""
 
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from planner.testing.vllm_server import VllmServer
 
 REPO = Path(__file__).resolve().parent.parent
-# The shared/ folder beside the checkout; PLANNER_SHARED_DIR points elsewhere (a worktree whose parent lacks it).
-SHARED = Path(os.environ.get("PLANNER_SHARED_DIR") or REPO.parent / "shared")
 
 
 @pytest.fixture(autouse=True)
@@ -53,10 +51,9 @@ def repo() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared() -> Path:
-    if not SHARED.exists():
-        pytest.skip(f"shared data folder {SHARED} not present")
-    return SHARED
+def shipped() -> Path:
+    """The repository's data folder (profiles/): traces/ (azure2023/, servegen/) and measurements/ (h200/)."""
+    return REPO / "profiles"
 
 
 @dataclass(frozen=True)

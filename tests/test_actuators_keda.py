@@ -29,8 +29,10 @@ def store_with(**replicas: int) -> DesiredStore:
 
 # ------------------------------------------------------------------------------------------ metrics-api
 @pytest.mark.parametrize("query,published,status,body", [
-    ("?pool=decode", {"decode": 3, "prefill": 1}, 200, {"desired": 3, "pool": "decode", "policy": "chat"}),
-    ("?pool=prefill", {"decode": 3, "prefill": 0}, 200, {"desired": 0, "pool": "prefill", "policy": "chat"}),
+    ("?pool=decode", {"decode": 3, "prefill": 1}, 200, {"desired": 3, "pool": "decode", "policy": "chat",
+                                                          "published": True}),
+    ("?pool=prefill", {"decode": 3, "prefill": 0}, 200, {"desired": 0, "pool": "prefill", "policy": "chat",
+                                                          "published": True}),
     ("?pool=decode", {}, 503, {"error": "no decision yet", "pool": "decode", "policy": "chat"}),
     ("?pool=gpu", {"decode": 3}, 404, {"error": "unknown pool 'gpu'; allowed: prefill, decode", "policy": "chat"}),
 ], ids=["decode", "zero-is-a-value", "before-first-decision", "unknown-pool"])

@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def conv(shared: Path) -> Path:
-    return shared / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+def conv(shipped: Path) -> Path:
+    return shipped / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 
 
 def test_slice_keeps_order_and_lengths_at_the_asked_rate(conv: Path) -> None:

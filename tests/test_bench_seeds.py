@@ -56,6 +56,19 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, capsys, tmp_path) -> Non
     assert not (tmp_path / "s.json").exists()
 
 
+@pytest.mark.parametrize("command", ["seeds", "suite"])
+def test_a_missing_policy_is_named_before_the_traces_are_checked(command, capsys, tmp_path) -> None:
+    """Issue 29: with both wrong, the one line names the policy the user typed, not the traces folder."""
+    empty = tmp_path / "no-traces"
+    empty.mkdir()
+    out = tmp_path / ("s.json" if command == "seeds" else "suite")
+    rc = run(["bench", command, "--policy", str(tmp_path / "nope.yaml"), "--traces", str(empty), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path / 'nope.yaml'}: policy file not found" in err and "traces" not in err, err
+    assert not out.exists()
+
+
 def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys) -> None:
     out = tmp_path / "seeds.json"
     rc = run(["bench", "seeds", "--policy", str(EXAMPLE), "--policy", str(STEADY), "--scenarios", "chat-docs",

@@ -89,7 +89,7 @@ def test_static_yesterday_without_a_yesterday_is_one_line_before_any_work(tmp_pa
     with pytest.raises(UserError, match=r"static-yesterday needs the previous day's trace \(--yesterday FILE\)"):
         run_backtest(trace, scenarios.scenario_profile(DAY, policy), policy, baselines=["static-yesterday"])
     out = tmp_path / "out"
-    code = run(["backtest", "--trace", str(scenarios.REPO / "profiles/traces/azure2023-conv.csv"), "--profile",
+    code = run(["backtest", "--trace", str(scenarios.REPO / "profiles/traces/azure2023/AzureLLMInferenceTrace_conv.csv"), "--profile",
                 str(scenarios.REPO / "profiles/h200/qwen3-32b.json"), "--policy", str(scenarios.EXAMPLE_POLICY),
                 "--out", str(out), "--baselines", "static-yesterday"])
     err = capsys.readouterr().err.strip()

@@ -38,12 +38,18 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], shown: str, tmp_path:
     assert not out.exists()  # nothing ran
 
 
-def test_missing_shared_traces_name_the_folder_expected(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_traces_folder_without_a_scenario_file_names_the_file(tmp_path: Path) -> None:
     from planner.errors import UserError
 
-    with pytest.raises(UserError, match=r"^traces: no shared/traces folder beside the repository .*azure-conv"):
-        scenarios.check_traces(scenarios.pick(["azure-conv", "long-lognormal"]), None)
-    scenarios.check_traces(scenarios.pick(["long-lognormal", "chat-docs"]), None)  # synthetic: no traces needed
+    with pytest.raises(UserError, match=r"^traces: .*azure2023/AzureLLMInferenceTrace_conv.csv not found "
+                                        r"\(scenario azure-conv\)"):
+        scenarios.check_traces(scenarios.pick(["azure-conv", "long-lognormal"]), tmp_path)
+    scenarios.check_traces(scenarios.pick(["long-lognormal", "chat-docs"]), tmp_path)  # synthetic: no traces needed
+
+
+def test_every_scenario_trace_ships_in_the_repository() -> None:
+    assert TRACES == Path(__file__).resolve().parent.parent / "profiles" / "traces"
+    scenarios.check_traces(scenarios.pick(None), None)  # the default folder holds every file
 
 
 @pytest.mark.parametrize(("mix", "isl_mean", "isl_p99"), [
@@ -167,11 +173,38 @@ def test_quick_suite_on_one_synthetic_scenario_under_another_policy(tmp_path: Pa
     assert report["sim"]["forecast"]["quantile"] == 0.95  # the planner ran under it, not the example's 0.8
 
 
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository as `git clone` gives it, in a folder with nothing beside it (no ../shared)."""
+    from tests.support.clone import clone_head, run_in_clone
+
+    path = clone_head(tmp_path_factory.mktemp("fresh"))
+    where = run_in_clone(path, ["-c", "import planner; print(planner.__file__)"])
+    assert where.stdout.strip() == str(path / "planner" / "__init__.py"), where  # the clone's code, not this tree's
+    return path
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(TRACES is None, reason="no shared/traces beside the repository")
-def test_quick_suite_end_to_end(tmp_path: Path, capsys) -> None:
+def test_quick_suite_end_to_end_from_a_fresh_clone(clone: Path, tmp_path: Path) -> None:
+    """Every scenario, its traces read from what the clone ships (issue 29: nothing beside the repository)."""
+    from tests.support.clone import run_in_clone
+
     out = tmp_path / "suite"
-    assert run(["bench", "suite", "--quick", "--out", str(out)]) == 0
-    doc = _check_suite(out, list(scenarios.names()), capsys.readouterr().out)
+    done = run_in_clone(clone, ["-m", "planner.cli", "bench", "suite", "--quick", "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = _check_suite(out, list(scenarios.names()), done.stdout)
     assert doc["command"] == f"planner bench suite --quick --out {out}"
     assert doc["policy"] == "policies/example.yaml"  # the example as shipped, by default
+
+
+def test_seeds_bad_input_table_passes_in_a_fresh_clone(clone: Path) -> None:
+    """The README's test command on a fresh clone: the seeds bad-input table (its missing-policy row met the
+    traces check first) and the tests that read shipped traces and measurements run there, none skipped."""
+    from tests.support.clone import run_in_clone
+
+    done = run_in_clone(clone, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
+                                "tests/test_bench_seeds.py::test_bad_input_is_one_line_and_exit_2",
+                                "tests/test_sim_traces.py", "tests/test_perf_roofline.py"])
+    assert done.returncode == 0, done.stdout[-3000:]
+    summary = done.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "skipped" not in summary and "missing-policy" not in done.stdout, summary

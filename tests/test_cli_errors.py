@@ -112,6 +112,14 @@ def test_every_command_rejects_a_bad_flag_with_exit_2(path: tuple[str, ...], cap
     assert "Traceback" not in out + err
 
 
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "planner" for p in COMMANDS])
+def test_help_shows_no_bool_metavar(path: tuple[str, ...], capsys) -> None:
+    """A flag takes no value: its help row names no type (typer showed `<bool>` for --quick, --dry-run, --help)."""
+    rc, out, err = _via_run([*path, "--help"], capsys)
+    assert rc == 0 and "Usage" in out, out + err
+    assert "<bool>" not in out and "--help" in out, out
+
+
 def _click_classes() -> list:
     params = []
     for home in ("typer._click.exceptions", "click.exceptions"):
@@ -219,6 +227,19 @@ def test_port_in_use_is_exit_2_naming_the_port(argv: list[str], flag: str, busy_
 def test_run_rejects_one_port_for_both_servers(capsys) -> None:
     rc, _, err = _via_run(["run", "--policy", str(EXAMPLE), "--port", "18080", "--grpc-port", "18080"], capsys)
     assert rc == 2 and "--grpc-port 18080: the same port as --port" in err
+
+
+@pytest.mark.parametrize("url", ["prometheus:9090", "", "ftp://prometheus:9090"], ids=["no-scheme", "empty", "ftp"])
+def test_run_metrics_url_gets_the_check_metrics_url_gets(url: str, tmp_path: Path, capsys) -> None:
+    """--metrics-url overrides metrics.url, so it is held to the same rule: an http(s) URL, said in one line."""
+    rc, out, err = _via_run(["run", "--policy", str(EXAMPLE), "--dry-run", "--once", "--metrics-url", url], capsys)
+    assert rc == 2 and out == "", (out, err)
+    assert err.strip() == f"error: --metrics-url {url!r}: expected an http:// or https:// URL (a path after the " \
+                          "host is kept)", err
+    bad_policy = tmp_path / "p.yaml"
+    bad_policy.write_text(EXAMPLE.read_text().replace("url: http://prometheus:9090", f"url: {url!r}"))
+    rc, _, err = _via_run(["run", "--policy", str(bad_policy), "--dry-run", "--once"], capsys)
+    assert rc == 2 and "metrics.url" in err and "expected an http:// or https:// URL" in err, err
 
 
 def test_run_once_without_data_exits_3_like_observe(live_policy: Path, capsys) -> None:

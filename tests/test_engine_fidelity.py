@@ -39,8 +39,8 @@ SHORT_FORM_BOUNDS = {"ttft_p50_ms": (0.75, 1.25), "ttft_p95_ms": (0.0, 1.40), "i
                      "itl_p95_ms": (0.40, 1.60)}
 
 
-def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared_vllm, shared: Path, tmp_path: Path) -> None:
-    trace = shared / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+def test_simulator_matches_vllm_on_a_trace_slice(vllm_engine, shared_vllm, shipped: Path, tmp_path: Path) -> None:
+    trace = shipped / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
     out = tmp_path / "fidelity.json"
     options = fidelity.FidelityOptions(SliceSpec(trace, start_s=600.0, duration_s=60.0, rate_rps=1.0),
                                        modes=("aggregated",), out=out, isl_grid=(16, 512, 2048),

@@ -91,9 +91,9 @@ def test_binning_marks_idle_steps_as_missing_means() -> None:
     assert s["rate"][1] == 0.0 and np.isnan(s["isl"][1])
 
 
-def test_eval_on_azure_trace_all_targets(shared: Path, tmp_path: Path) -> None:
+def test_eval_on_azure_trace_all_targets(shipped: Path, tmp_path: Path) -> None:
     out = tmp_path / "az.json"
-    trace = shared / "traces" / "azure2023" / "AzureLLMInferenceTrace_code.csv"
+    trace = shipped / "traces" / "azure2023" / "AzureLLMInferenceTrace_code.csv"
     rc = run(["forecast", "eval", "--series", str(trace), "--format", "azure", "--target", "all",
               "--models", "last-value,auto", "--out", str(out)])
     assert rc == 0
@@ -120,10 +120,10 @@ def test_bench_forecast_held_out_rejects_bad_flags(args: list[str], needle: str,
     assert needle in err and "Traceback" not in err
 
 
-def test_bench_forecast_held_out_real_traces(shared: Path, tmp_path: Path,
+def test_bench_forecast_held_out_real_traces(shipped: Path, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "held.json"
-    assert run(["bench", "forecast", "--held-out", "--traces", str(shared / "traces"), "--workers", "2",
+    assert run(["bench", "forecast", "--held-out", "--traces", str(shipped / "traces"), "--workers", "2",
                 "--out", str(out)]) == 0
     (group,) = json.loads(out.read_text()).values()
     names = {r["series"] for r in group["rows"]}

@@ -227,11 +227,11 @@ def test_naive_scale_is_the_mean_absolute_step() -> None:
     pytest.param("code", "rate", 60.0, id="code-rate-60s"),
     pytest.param("conv", "output-tps", 30.0, id="conv-output-tps-30s"),
 ])
-def test_auto_is_never_worse_than_last_value_on_held_out_traces(shared: Path, kind: str, target: str,
+def test_auto_is_never_worse_than_last_value_on_held_out_traces(shipped: Path, kind: str, target: str,
                                                                  step_s: float) -> None:
     from planner.bench.forecast import azure_cases
 
-    cases = azure_cases(shared / "traces" / "azure2023" / f"AzureLLMInferenceTrace_{kind}.csv", kind)
+    cases = azure_cases(shipped / "traces" / "azure2023" / f"AzureLLMInferenceTrace_{kind}.csv", kind)
     case = next(c for c in cases if c.name == f"azure-{kind} {target} {step_s:g}s")
     assert ratio(case) <= 1.0
 

@@ -11,8 +11,8 @@ from planner.perf import roofline
 from planner.profiler.accuracy import PREFILL_MIN_MS, measured_model, point_errors
 
 
-def test_within_25_percent_of_every_shared_h200_point(shared) -> None:
-    path = shared / "measurements" / "h200" / "qwen3-8b.json"
+def test_within_25_percent_of_every_shipped_h200_point(shipped) -> None:
+    path = shipped / "measurements" / "h200" / "qwen3-8b.json"
     rows = point_errors(path)
     checked = 0
     for stage, point, measured, modelled in rows:
@@ -23,8 +23,8 @@ def test_within_25_percent_of_every_shared_h200_point(shared) -> None:
     assert checked >= 35  # 28 decode points + 7 prefill points above 20 ms
 
 
-def test_batch1_decode_is_weight_bandwidth_bound(shared) -> None:
-    data = json.loads((shared / "measurements" / "h200" / "qwen3-8b.json").read_text())
+def test_batch1_decode_is_weight_bandwidth_bound(shipped) -> None:
+    data = json.loads((shipped / "measurements" / "h200" / "qwen3-8b.json").read_text())
     spec = measured_model(data)
     hw = load_hardware("h200")
     floor_ms = spec.weight_bytes / hw.hbm_bytes_per_s * 1e3

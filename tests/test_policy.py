@@ -14,16 +14,27 @@ from tests.support.decide_support import EXAMPLE, REPO, example_data
 def test_example_yaml_parses_to_the_defaults() -> None:
     data = example_data()
     parsed = parse_policy(data, str(EXAMPLE))
-    # Only the required fields: everything else must come out equal to the schema defaults.
-    minimal = PolicyFile.model_validate({k: data[k] for k in ("name", "profile", "pools")})
+    # Only the required fields (a disaggregated policy's selectors too): everything else must come out equal to
+    # the schema defaults.
+    minimal = PolicyFile.model_validate({**{k: data[k] for k in ("name", "profile", "pools")},
+                                         "metrics": {"selectors": data["metrics"]["selectors"]}})
     assert parsed == minimal
     assert parsed.model_dump() == minimal.model_dump()
 
 
-def test_example_loads_and_resolves_its_profile() -> None:
+def test_example_selects_the_pool_label_the_shipped_podmonitors_set() -> None:
+    """`planner run --policy policies/example.yaml` needs a selector per pool (issue 29); the example's are the
+    `pool` values deploy/engines/*-podmonitor.yaml relabel the engines' series to."""
+    import yaml
+
+    from planner.sources.settings import pool_selectors
+
     p = load_policy(EXAMPLE)
-    assert p.profile.endswith("profiles/h200/qwen3-32b.json")
-    assert (REPO / "profiles" / "h200" / "qwen3-32b.json").samefile(p.profile)
+    assert pool_selectors(p, p.metrics) == {"prefill": '{pool="prefill"}', "decode": '{pool="decode"}'}
+    for monitor in sorted((REPO / "deploy" / "engines").glob("*-podmonitor.yaml")):
+        relabel = yaml.safe_load(monitor.read_text())["spec"]["podMetricsEndpoints"][0]["relabelings"]
+        kept = [r["regex"] for r in relabel if r.get("action") == "keep" and r.get("sourceLabels") == ["pool"]]
+        assert len(kept) == 1 and {"prefill", "decode"} <= set(kept[0].split("|")), monitor
 
 
 @pytest.mark.parametrize("over, needles", [
@@ -35,8 +46,8 @@ def test_example_loads_and_resolves_its_profile() -> None:
     pytest.param({"budget": {"max_gpus": 0}}, ["budget.max_gpus", "ge 1"], id="budget-zero"),
     pytest.param({"sla": {"ttft": 1}}, ["unknown key", "sla.ttft"], id="unknown-key"),
     pytest.param({"mode": "hybrid"}, ["mode", "hybrid"], id="bad-mode"),
-    pytest.param({"pools": {"prefill": {"min_replicas": 5, "max_replicas": 2}}}, ["min_replicas 5", "max_replicas 2"],
-                 id="floor-above-ceiling"),
+    pytest.param({"pools": {"prefill": {"min_replicas": 5, "max_replicas": 2}}},
+                 ["p.yaml: key 'pools.prefill': min_replicas 5 must be <= max_replicas 2"], id="floor-above-ceiling"),
     pytest.param({"behavior": {"scale_up": {"policies": [{"type": "pct", "value": 1, "period_s": 1}]}}},
                  ["behavior.scale_up.policies.0.type", "pct"], id="bad-policy-type"),
 ])

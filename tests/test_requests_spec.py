@@ -13,7 +13,7 @@ from planner.requests.workload import from_concurrency, steady_load
 from planner.sim.traces.loaders import FORMATS
 from tests.support.requests_support import DROP, spec_data
 
-CONV = str(Path(__file__).resolve().parent.parent / "profiles" / "traces" / "azure2023-conv.csv")
+CONV = str(Path(__file__).resolve().parent.parent / "profiles" / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv")
 BAD = [  # (overrides, field named, words the message must contain)
     ({"sla.ttft_ms": -5}, "sla.ttft_ms", "greater than 0"),
     ({"sla.percentile": 100}, "sla.percentile", "less than or equal to 99.9"),

@@ -155,9 +155,14 @@ def test_plan_bad_input_names_the_field(served: tuple[httpx.Client, list[Control
 def test_desired_by_policy_and_openapi(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
     client, loops = served
     ok = client.get("/v1/desired", params={"pool": "decode", "policy": "chat"})
-    assert ok.json() == {"desired": loops[0].store.get("decode"), "pool": "decode", "policy": "chat"}
+    assert ok.json() == {"desired": loops[0].store.get("decode"), "pool": "decode", "policy": "chat",
+                         "published": True}
     assert client.get("/v1/desired", params={"pool": "decode"}).status_code == 404  # which policy?
-    assert client.get("/v1/desired", params={"pool": "decode", "policy": "code"}).status_code == 503  # dry-run
+    # dry-run (docs/deploy.md's advisory step): what it would publish, said to be unpublished
+    advice = client.get("/v1/desired", params={"pool": "decode", "policy": "code"})
+    decided = loops[1].last.decision.targets()["decode"]  # type: ignore[union-attr]
+    assert advice.json() == {"desired": decided, "pool": "decode", "policy": "code", "published": False}
+    assert loops[1].store.get("decode") is None  # nothing reaches KEDA's gRPC from a dry run
     spec = client.get("/openapi.json").json()
     assert {"/v1/policies", "/v1/decisions", "/v1/plan", "/v1/desired", "/readyz"} <= set(spec["paths"])
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
@@ -190,3 +195,53 @@ def test_api_conforms_to_its_openapi(api_schema, label: str) -> None:  # noqa: A
         case.call_and_validate(headers=AUTH)
 
     check()
+
+
+class Partial:
+    """Rates and lengths but, until ``full`` is set, no latencies: the TTFT/ITL signals not yet seen."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def read(self, window_s: float, now_s: float) -> Observation:
+        latency = {"ttft_ms_p95": 300.0, "itl_ms_p95": 20.0} if self.full else {}
+        pool = PoolObservation(requests=10 * window_s, rate_rps=10.0, isl_mean=1200, osl_mean=220, ready_replicas=2,
+                               **latency)
+        return Observation(now_s, window_s, {"prefill": pool, "decode": pool})
+
+
+@pytest.mark.parametrize("kind", ["keda", "dry-run"])
+def test_readyz_and_policies_agree_on_readiness(kind: str) -> None:
+    """Issue 29: /v1/policies said ready while /readyz said starting (a signal not yet seen). Each state:
+    before any read, some signals never seen, every one seen, then gone past staleness."""
+    clock = FakeClock(T0)
+    pol = parse_policy({"name": "one", "profile": str(PROFILE), "pools": {"prefill": {}, "decode": {}},
+                        "actuator": {"kind": kind}, "forecast": {"model": "last-value"}})
+    store = DesiredStore(pol.name, pol.pool_names())
+    source = Partial()
+    act = PublishActuator(store, "keda") if kind == "keda" else DryRunActuator()
+    loop = ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), source, act, PlannerMetrics(), clock,
+                       store=store)
+    seen = []
+    with BackgroundServer(create_service_app([loop])) as server, httpx.Client(base_url=server.url) as client:
+        def state() -> tuple[int, str, bool, float | None]:
+            r = client.get("/readyz")
+            gauge = loop.metrics.registry.get_sample_value("planner_ready", {"policy": "one"})
+            seen.append((r.status_code, r.json()["status"], client.get("/v1/policies").json()[0]["ready"], gauge))
+            return seen[-1]
+
+        state()
+        loop.tick()
+        state()
+        source.full = True
+        clock.advance(30)
+        loop.tick()
+        state()
+        source.full = False
+        for _ in range(4):  # stale after 3 intervals without the latencies
+            clock.advance(30)
+            loop.tick()
+        state()
+    assert [s[:3] for s in seen] == [(503, "starting", False), (503, "starting", False), (200, "ready", True),
+                                     (503, "degraded", False)]
+    assert [s[3] for s in seen[1:]] == [0.0, 1.0, 0.0]  # planner_ready says the same

@@ -150,7 +150,15 @@ def test_run_scales_from_real_prometheus(prom_env: PromEnv, tmp_path: Path, kind
             assert value.metricValue >= low and value.metricValueFloat == float(value.metricValue)
             assert kube.replicas("deployments", NS, "dec") == 1  # KEDA owns the Deployment, not the planner
         else:
-            assert desired("decode") is None  # nothing published for KEDA: it is not in the loop
+            # /v1/desired says what the planner set, as unpublished; KEDA's gRPC channel is told nothing
+            wait_until(lambda: desired("decode") == asked(), 10, "/v1/desired == what was set")
+            body = httpx.get(f"{base}/v1/desired", params={"pool": "decode"}, timeout=5).json()
+            assert body["published"] is False
+            with grpc.insecure_channel(f"127.0.0.1:{service.grpc.port}") as channel:
+                stub = pb_grpc.ExternalScalerStub(channel)
+                ref = pb.ScaledObjectRef(name="so", namespace=NS, scalerMetadata={"pool": "decode"})
+                with pytest.raises(grpc.RpcError):
+                    stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="desired"))
 
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
         assert 'planner_desired_replicas{policy="e2e",pool="decode"}' in metrics
@@ -224,7 +232,8 @@ def test_run_reads_real_emulators(prom_env: PromEnv, tmp_path: Path) -> None:  #
 
         wait_until(sized, 40, "a decision sized from observed emulator traffic")
         r = httpx.get(f"{service.http.url}/v1/desired", params={"pool": "decode"}, timeout=5)
-        assert r.status_code == 503 and "does not publish" in r.json()["error"]  # dry-run tells KEDA nothing
+        # dry-run: what it would publish (docs/deploy.md's advisory step reads it), marked unpublished
+        assert r.status_code == 200 and r.json()["published"] is False and r.json()["desired"] >= 1
         text = httpx.get(f"{service.http.url}/metrics", timeout=5).text
         assert 'planner_desired_replicas{policy="emu",pool="decode"}' in text
         assert 'planner_observed_rate_rps{policy="emu",pool="prefill"}' in text

@@ -87,7 +87,7 @@ def test_service_serves_and_stops(tmp_path: Path) -> None:
         assert httpx.get(f"{base}/v1/desired", params={"pool": "decode"}, timeout=5).status_code == 503
         service.loop.store.publish({"prefill": 2, "decode": 5})
         assert httpx.get(f"{base}/v1/desired", params={"pool": "decode"}, timeout=5).json() == {
-            "desired": 5, "pool": "decode", "policy": "qwen3-32b-chat"}
+            "desired": 5, "pool": "decode", "policy": "qwen3-32b-chat", "published": True}
     finally:
         service.close()
     assert service.http is None and service.grpc is None
@@ -155,6 +155,7 @@ def test_one_writer_per_output_reports_each_scale_up(tmp_path: Path, kube: FakeK
         assert loop.store.get("prefill") == steady.decision.targets()["prefill"]  # type: ignore[union-attr]
     else:
         assert loop.store.get("prefill") is None  # KEDA is not in the loop: it is told nothing
+    assert loop.decided.get("prefill") == steady.decision.targets()["prefill"]  # /v1/desired: every kind  # type: ignore[union-attr]
 
 
 def process_policy_file(tmp_path: Path, name: str) -> Path:

@@ -87,6 +87,20 @@ def test_kill_mode_and_seed_are_recorded(tmp_path: Path, policy_file: Path, trac
     assert set(res.report["policies"]) == {"planner", "reactive"}
 
 
+def test_every_progress_bar_ends_full(policy_file: Path) -> None:
+    """The offline schedule's search ends when nothing is left to cut, under its budget of simulations; its bar
+    (sized by the budget) then stood at 40-65 % in `planner demo` and `planner backtest`."""
+    calls: list[tuple[str, float, float]] = []
+    short = sinusoid(25.0, 15.0, 400.0, 200.0, isl=1000, osl=150, seed=5)  # few cells: little left to cut
+    run_backtest(short, load_profile(PROFILE), load_policy(policy_file), baselines=["static"],
+                 offline_simulations=24, progress=lambda name, done, total: calls.append((name, done, total)))
+    last = {name: (done, total) for name, done, total in calls}
+    assert {"planner", "static", "offline schedule"} <= set(last)
+    assert all(done == total for done, total in last.values()), last
+    searched = [done for name, done, total in calls if name == "offline schedule"][:-1]
+    assert searched and max(searched) < last["offline schedule"][1]  # the case: a search under its budget
+
+
 def _load(path: Path):  # noqa: ANN202
     from planner.sim.traces.loaders import load_requests
 

@@ -134,14 +134,14 @@ def test_bad_scaling(value: float, mode: str, key: str) -> None:
     assert info.value.key == key
 
 
-def test_real_azure_conv(shared: Path) -> None:
-    tr = loaders.load_requests(shared / "traces/azure2023/AzureLLMInferenceTrace_conv.csv")
+def test_real_azure_conv(shipped: Path) -> None:
+    tr = loaders.load_requests(shipped / "traces/azure2023/AzureLLMInferenceTrace_conv.csv")
     assert len(tr) == 19366
     assert 1150 < tr.isl.mean() < 1160 and 210 < tr.osl.mean() < 212
 
 
-def test_servegen_real_file_needs_a_cut(shared: Path) -> None:
-    path = shared / "traces/servegen/aggregate_rate_language_m-large.csv"
+def test_servegen_real_file_needs_a_cut(shipped: Path) -> None:
+    path = shipped / "traces/servegen/aggregate_rate_language_m-large.csv"
     with pytest.raises(UserError, match="cut the span with start_s/duration_s") as info:
         loaders.load_requests(path, "servegen")
     assert info.value.mentions == ("start_s", "duration_s")
@@ -149,8 +149,8 @@ def test_servegen_real_file_needs_a_cut(shared: Path) -> None:
     assert 0 < tr.duration_s <= 1200 and 500 < len(tr) < 50_000
 
 
-def test_servegen_scale_applies_to_the_rates_before_synthesis(shared: Path) -> None:
-    path = shared / "traces/servegen/aggregate_rate_language_m-large.csv"
+def test_servegen_scale_applies_to_the_rates_before_synthesis(shipped: Path) -> None:
+    path = shipped / "traces/servegen/aggregate_rate_language_m-large.csv"
     windows = loaders.load_rate_windows(path)
     first_hour = windows.window_start_s < 3600
     expected = float(np.sum(windows.rate_rps[first_hour] * windows.window_s[first_hour])) * 0.02
@@ -169,7 +169,7 @@ def test_default_synthetic_lengths_stay_within_the_azure_maxima() -> None:
     assert abs(isl.mean() - 1155) < 0.02 * 1155  # the cap trims a tail that carries almost no mass
 
 
-def test_servegen_compress_mode_still_squeezes_time(shared: Path) -> None:
-    path = shared / "traces/servegen/aggregate_rate_language_m-large.csv"
+def test_servegen_compress_mode_still_squeezes_time(shipped: Path) -> None:
+    path = shipped / "traces/servegen/aggregate_rate_language_m-large.csv"
     tr = loaders.load_requests(path, "servegen", start_s=0, duration_s=3600, rate_scale=2.0, scale_mode="compress")
     assert tr.duration_s <= 1800.0 + 1e-6 and "compressing time" in tr.notes

@@ -100,10 +100,9 @@ def test_selectors_assume_no_pool_label(mode: str, selectors: dict | None, missi
 
     pools = {"aggregated": {}} if mode == "aggregated" else {"prefill": {}, "decode": {}}
     path = _with_selectors(tmp_path, None, mode=mode, pools=pools, actuator={"kind": "dry-run"})
-    if selectors is not None:
-        data = yaml.safe_load(path.read_text())
-        data["metrics"]["selectors"] = selectors
-        path.write_text(yaml.safe_dump(data))
+    data = yaml.safe_load(path.read_text())
+    data["metrics"]["selectors"] = selectors or {}  # none given: not even the example's
+    path.write_text(yaml.safe_dump(data))
     policy = load_policy(path)  # a policy for `plan` or a backtest needs no selectors: loading never fails
     if missing is None:
         with PrometheusSource.from_policy(policy, policy.metrics) as src:

@@ -68,7 +68,7 @@ def test_spec_of_round_trips_the_roofline_inputs(analytical) -> None:
 
 
 def test_measurement_format_scores_like_shared_measurements(tmp_path) -> None:
-    # No LM head (vocab 0): the shapes of shared/measurements, whose scorer must then find zero error.
+    # No LM head (vocab 0): the shapes of profiles/measurements, whose scorer must then find zero error.
     full = load_model("qwen3-8b")
     bare = ModelSpec(name="qwen3-8b", layers=full.layers, hidden=full.hidden, heads=full.heads,
                      kv_heads=full.kv_heads, head_dim=full.head_dim, intermediate=full.intermediate, vocab=0)

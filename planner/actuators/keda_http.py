@@ -19,10 +19,10 @@ from planner.actuators.desired import DesiredStore, DesiredStores
 ERROR = {"content": {"application/json": {"schema": {"type": "object"}}}}
 
 
-def desired_router(stores: DesiredStore | DesiredStores,
-                   silent_because: str | Mapping[str, str | None] | None = None) -> APIRouter:
-    """``silent_because``: why nothing is ever published (an actuator kind that acts itself), said in the 503;
-    a mapping gives it per policy."""
+def desired_router(stores: DesiredStore | DesiredStores, published: Mapping[str, bool] | None = None) -> APIRouter:
+    """``published``: per policy, whether its N is what KEDA/the HPA act on (actuator kinds keda, hpa; the
+    default) or only what the planner decided (another kind: dry-run's advice, or what it scaled itself).
+    Answered as ``"published"`` beside ``"desired"``."""
     router = APIRouter()
     all_stores = DesiredStores.of(stores)
 
@@ -38,9 +38,9 @@ def desired_router(stores: DesiredStore | DesiredStores,
                                  "policy": store.policy}, status_code=404)
         n = store.get(pool)
         if n is None:
-            why = silent_because.get(store.policy) if isinstance(silent_because, Mapping) else silent_because
-            return JSONResponse({"error": why or "no decision yet", "pool": pool,  # type: ignore[return-value]
+            return JSONResponse({"error": "no decision yet", "pool": pool,  # type: ignore[return-value]
                                  "policy": store.policy}, status_code=503)
-        return {"desired": n, "pool": pool, "policy": store.policy}
+        return {"desired": n, "pool": pool, "policy": store.policy,
+                "published": True if published is None else published.get(store.policy, True)}
 
     return router

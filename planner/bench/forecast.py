@@ -91,7 +91,7 @@ def azure_cases(path: Path, kind: str) -> list[EvalCase]:
 def real_cases(traces: Path) -> list[EvalCase]:
     """Every series the shipped traces give: Azure conv and code (10 each) and ServeGen's rate (2 horizons)."""
     if not traces.is_dir():
-        raise UserError(f"traces: {traces} is not a folder; expected the shared traces folder "
+        raise UserError(f"traces: {traces} is not a folder; expected a traces folder "
                         "(azure2023/, servegen/)", key="traces")
     out = []
     for kind in ("conv", "code"):

@@ -27,7 +27,7 @@ def run(console: Console, repeat: int, measurements: Path | None) -> None:
                   f"{statistics.median(times) * 1e3:.1f} ms, worst {max(times) * 1e3:.1f} ms over {len(times)} runs")
     path = measurements or default_measurements()
     if path is None or not Path(path).exists():
-        console.print("no measurement file found (shared/measurements/h200/qwen3-8b.json); skipping accuracy")
+        console.print("no measurement file found (profiles/measurements/h200/qwen3-8b.json); skipping accuracy")
         return
     score = score_measurements(Path(path))
     for stage, errs in score.items():

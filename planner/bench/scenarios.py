@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.catalog import data_dir, load_hardware, load_model
+from planner.catalog import traces_dir as shipped_traces_dir
 from planner.errors import UserError
 from planner.policy_file import PolicyFile, load_policy
 from planner.profile import Profile, load_profile
@@ -44,7 +45,7 @@ LONG_GRID = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 class Scenario:
     name: str
     description: str
-    trace_file: str | None  # under the shared traces folder; None: synthetic
+    trace_file: str | None  # under the traces folder (profiles/traces by default); None: synthetic
     fmt: str  # trace format, or the synthetic mix's name
     rate_scale: float
     start_s: float  # trace time where the scored window starts (the warm-up is before it)
@@ -93,13 +94,9 @@ def pick(selected: list[str] | None) -> list[Scenario]:
     return [s for s in SCENARIOS if s.name in selected]
 
 
-def default_traces_dir() -> Path | None:
-    """``shared/traces`` beside the repository (../shared/traces), or beside a folder above it."""
-    for parent in REPO.parents:
-        candidate = parent / "shared" / "traces"
-        if candidate.is_dir():
-            return candidate
-    return None
+def default_traces_dir() -> Path:
+    """The traces shipped in the repository (profiles/traces: azure2023/, servegen/)."""
+    return shipped_traces_dir()
 
 
 def check_traces(scenarios: list[Scenario], traces_dir: Path | None) -> None:
@@ -107,12 +104,9 @@ def check_traces(scenarios: list[Scenario], traces_dir: Path | None) -> None:
     needed = [s for s in scenarios if s.trace_file]
     if not needed:
         return
-    if traces_dir is None:
-        raise UserError(f"traces: no shared/traces folder beside the repository ({REPO.parent / 'shared' / 'traces'}) "
-                        f"for {', '.join(s.name for s in needed)}; pass the folder that holds "
-                        "azure2023/ and servegen/", key="traces")
+    folder = traces_dir or default_traces_dir()
     for s in needed:
-        path = traces_dir / str(s.trace_file)
+        path = folder / str(s.trace_file)
         if not path.is_file():
             raise UserError(f"traces: {path} not found (scenario {s.name}); pass the folder that holds "
                             "azure2023/ and servegen/", key="traces")

@@ -69,9 +69,9 @@ def run(console: Console, policies: dict[str, Path | None], scenario_names: list
         traces: Path | None, workers: int) -> list[Run]:
     """Every (policy, scenario, seed) replayed, over ``workers`` processes, with a progress bar."""
     chosen = scenarios.pick(scenario_names)
-    scenarios.check_traces(chosen, traces)
     for path in policies.values():
         scenarios.scenario_policy(path)  # a bad file is one line and exit 2 before anything runs
+    scenarios.check_traces(chosen, traces)
     tasks = [(label, s.name, seed) for s in chosen for seed in seeds for label in policies]
     _init(policies, traces)
     out: list[Run] = []

@@ -69,8 +69,8 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     global _QUICK, _QUEUE
     t0, c0 = time.perf_counter(), time.process_time()
     chosen = scenarios.pick(scenario_names)
+    policy = scenarios.scenario_policy(policy_path)  # the file the user named first, then the data it runs on
     scenarios.check_traces(chosen, traces_dir)
-    policy = scenarios.scenario_policy(policy_path)
     _INPUTS.clear()
     for s in chosen:
         _INPUTS[s.name] = Inputs(s, scenarios.scenario_trace(s, traces_dir, quick), scenarios.scenario_profile(s, policy),

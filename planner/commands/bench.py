@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from planner.commands.args import parse_models, positive
+from planner.commands.console import out_console
 from planner.errors import UserError
 from planner.types import Mode
 
@@ -22,11 +23,11 @@ def bench_profile(
     """Full default sweep time and the analytical model's error against real H200 measurements."""
     from planner.bench import profile
 
-    profile.run(Console(), repeat, measurements)
+    profile.run(out_console(), repeat, measurements)
 
 
 def bench_sim(
-    trace: Annotated[Path | None, typer.Option(help="trace (default: shared Azure conv)")] = None,
+    trace: Annotated[Path | None, typer.Option(help="trace (default: the shipped Azure conv)")] = None,
     rate_scale: Annotated[float, typer.Option("--rate-scale")] = 10.0,
     profile: Annotated[Path | None, typer.Option(help="profile (default profiles/h200/qwen3-32b.json)")] = None,
     mode: Annotated[str, typer.Option(help=" | ".join(Mode))] = Mode.DISAGGREGATED.value,
@@ -38,7 +39,7 @@ def bench_sim(
     path = trace or sim.DEFAULT_TRACE
     if not path.exists():
         raise UserError(f"{path}: trace not found (pass --trace)")
-    sim.run(Console(), path, rate_scale, profile or sim.DEFAULT_PROFILE, mode, repeat)
+    sim.run(out_console(), path, rate_scale, profile or sim.DEFAULT_PROFILE, mode, repeat)
 
 
 def bench_decide(
@@ -50,7 +51,7 @@ def bench_decide(
 
     if ticks < 10:
         raise UserError(f"--ticks: {ticks} must be >= 10")
-    decide.run(Console(), policy, ticks)
+    decide.run(out_console(), policy, ticks)
 
 
 def bench_forecast(
@@ -62,8 +63,8 @@ def bench_forecast(
     horizon_s: Annotated[float, typer.Option("--horizon-s", help="start-up + interval (s)")] = 150.0,
     held_out: Annotated[bool, typer.Option("--held-out", help="instead of latency: auto's MASE, last-value's "
                                            "and their ratio per series auto was never tuned on")] = False,
-    traces: Annotated[Path, typer.Option("--traces", help="with --held-out: the shared traces folder "
-                                         "(azure2023/, servegen/)")] = Path("../shared/traces"),
+    traces: Annotated[Path | None, typer.Option("--traces", help="with --held-out: the traces folder "
+                                                "(azure2023/, servegen/; default: the shipped profiles/traces)")] = None,
     which: Annotated[str, typer.Option("--set", help="with --held-out: real | synthetic | training | all")] = "real",
     workers: Annotated[int, typer.Option(help="with --held-out: processes")] = os.cpu_count() or 1,
     out: Annotated[Path | None, typer.Option("--out", help="with --held-out: write the rows as JSON")] = None,
@@ -75,8 +76,10 @@ def bench_forecast(
     if held_out:
         if workers < 1:
             raise UserError(f"--workers: {workers} must be >= 1")
-        console = Console()
-        report = forecast.held_out(Console(width=max(console.width, 110)), traces, which, workers)
+        console = out_console()
+        from planner.catalog import traces_dir
+
+        report = forecast.held_out(Console(width=max(console.width, 110)), traces or traces_dir(), which, workers)
         if out is not None:
             out.write_text(json.dumps(report, indent=2) + "\n")
         return
@@ -85,7 +88,7 @@ def bench_forecast(
     if ticks < 1:
         raise UserError(f"--ticks: {ticks} must be >= 1")
     names = parse_models(models) if models else list(forecast.DEFAULT_MODELS)
-    forecast.run(Console(), names, ticks, history_s, step_s, horizon_s)
+    forecast.run(out_console(), names, ticks, history_s, step_s, horizon_s)
 
 
 def bench_observe(
@@ -103,12 +106,12 @@ def bench_observe(
         raise UserError(f"--reads {reads}: must be >= 1")
     if prometheus is None and prometheus_binary() is None:
         raise UserError("no prometheus binary: apt-get install -y prometheus, or pass --prometheus URL")
-    observe.run(Console(), prometheus, policy, reads, window_s)
+    observe.run(out_console(), prometheus, policy, reads, window_s)
 
 
 # The suite's scenario and trace flags, shared by `bench suite` and `bench seeds`.
 SCENARIOS_HELP = "comma-separated subset (default: all): azure-conv, azure-code, servegen, long-lognormal, chat-docs"
-TRACES_HELP = "folder holding azure2023/ and servegen/ (default: ../shared/traces beside the repository)"
+TRACES_HELP = "folder holding azure2023/ and servegen/ (default: the shipped profiles/traces)"
 
 
 def bench_suite(
@@ -141,7 +144,7 @@ def bench_suite(
                         *([f"--scenarios {scenarios}"] if scenarios else []),
                         *([f"--traces {traces}"] if traces else []), f"--out {out}",
                         *([f"--workers {workers}"] if workers else [])])
-    console = Console() if Console().is_terminal else Console(width=150)
+    console = out_console()
     doc = suite.run(console, names, quick, traces or default_traces_dir(), out, n, command, policy)
     suite_table.render(console, doc)
     console.print(f"wrote {out / 'suite.json'}")
@@ -177,7 +180,7 @@ def bench_seeds(
                         *([f"--scenarios {scenarios}"] if scenarios else []),
                         *([f"--traces {traces}"] if traces else []), f"--out {out}",
                         *([f"--workers {workers}"] if workers else [])])
-    console = Console() if Console().is_terminal else Console(width=170)
+    console = out_console()
     runs = study.run(console, dict(zip(labels, paths, strict=True)), names, list(range(seeds)),
                      traces or default_traces_dir(), workers or os.cpu_count() or 1)
     sla_share = scenario_policy(paths[0]).sla.percentile / 100.0
@@ -210,11 +213,11 @@ def bench_endpoint(
             raise UserError(f"{flag}: {value} must be >= 1")
     if not 0 < time_scale <= 100:
         raise UserError(f"--time-scale {time_scale:g}: must be in (0, 100]")
-    endpoint.run(Console(), profile, streams, context, decode_tokens, time_scale)
+    endpoint.run(out_console(), profile, streams, context, decode_tokens, time_scale)
 
 
 def bench_fidelity(
-    trace: Annotated[Path | None, typer.Option(help="trace (default: shared Azure conv)")] = None,
+    trace: Annotated[Path | None, typer.Option(help="trace (default: the shipped Azure conv)")] = None,
     start_s: Annotated[float, typer.Option("--start-s", help="where in the trace the slice begins (s)")] = 600.0,
     duration_s: Annotated[float, typer.Option("--duration-s", help="replay length (s)")] = 180.0,
     rate: Annotated[float, typer.Option(help="mean request rate of the replay (req/s)")] = 1.0,
@@ -247,7 +250,7 @@ def bench_fidelity(
         raise UserError(f"{path}: trace not found (pass --trace)")
     spec = SliceSpec(path, start_s, duration_s, rate, max_isl, max_osl)
     options = fidelity.FidelityOptions(spec, chosen, out, iters=iters, decode_tokens=decode_tokens)
-    console = Console()
+    console = out_console()
     with phase_progress(console) as progress:
         results = fidelity.run(console, options, progress)
     console.print(fidelity.table(results))

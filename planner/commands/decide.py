@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from planner.commands.console import out_console
 from planner.errors import InfeasibleError, UserError
 from planner.types import Reason
 
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print(json.dumps(decision_dict(decision), indent=1))
         else:
-            render_plan(decision, pol, Console())
+            render_plan(decision, pol, out_console())
         if Reason.SLA_INFEASIBLE in decision.reasons:
             pools = [n for n, p in decision.pools.items() if Reason.SLA_INFEASIBLE in p.reasons]
             raise InfeasibleError(f"the SLA cannot be met for {', '.join(pools)} at this load with this profile "

@@ -15,9 +15,12 @@ import typer
 from rich.console import Console
 from rich.rule import Rule
 
-from planner.catalog import data_dir
+from planner.catalog import data_dir, traces_dir
+from planner.commands.console import out_console
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
+
+RULE_WIDTH = 120  # a section rule piped at full width (planner/commands/console.py) would be a 1000-column line
 
 if TYPE_CHECKING:
     from planner.policy_file import PolicyFile
@@ -48,22 +51,20 @@ def register(app: typer.Typer) -> None:
         positive("--rate-scale", rate_scale)
         if not 0 <= warmup_minutes < 1e6:
             raise UserError(f"--warmup-minutes: {warmup_minutes:g} must be >= 0")
-        console = Console()
-        if not console.is_terminal:  # piped to a file: don't squeeze the tables into 80 columns
-            console = Console(width=120)
-        trace_path = trace or data_dir() / "traces" / "azure2023-conv.csv"
+        console = out_console()
+        trace_path = trace or traces_dir() / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
         policy = load_policy(data_dir().parent / "policies" / "example.yaml")
         tr = load_requests(trace_path, "azure", rate_scale=rate_scale, duration_s=(minutes + warmup_minutes) * 60.0)
         isl, osl = int(np.mean(tr.isl)), int(np.mean(tr.osl))
 
-        console.print(Rule("1. profile"))
+        console.print(Rule("1. profile"), width=min(console.width, RULE_WIDTH))
         profile, profile_path = _profile(console, policy, isl, osl, out)
         policy = policy.model_copy(update={"profile": str(profile_path)})
 
-        console.print(Rule("2. plan (what-if)"))
+        console.print(Rule("2. plan (what-if)"), width=min(console.width, RULE_WIDTH))
         _plan(console, policy, profile, tr, isl, osl)
 
-        console.print(Rule("3. backtest"))
+        console.print(Rule("3. backtest"), width=min(console.width, RULE_WIDTH))
         console.print(f"trace: {trace_path.name}, {minutes:g} min scored after a {warmup_minutes:g}-min warm-up, "
                       f"at rate x{rate_scale:g} ({len(tr):,} requests); policy {policy.name}")
         base = [b.strip() for b in baselines.split(",") if b.strip()]

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from planner.commands.args import parse_models, positive
+from planner.commands.console import out_console
 from planner.errors import UserError
 
 TARGETS = ("rate", "isl", "osl")
@@ -98,7 +99,7 @@ def register(app: typer.Typer) -> None:
         from planner.forecast.evaluate import evaluate_series
         from planner.sim.traces.series import load_eval_series
 
-        console = Console()
+        console = out_console()
         _check(step_s, horizon_s, history_s, stride, target)
         names = parse_models(models)
         ev = load_eval_series(series, fmt, step_s, column)

@@ -9,26 +9,42 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 from planner.errors import UserError
 
 
 def check_writable(flag: str, path: Path) -> None:
-    """``path`` (a file or a folder a command creates) can be made: its nearest existing ancestor is a
-    writable folder, and the path itself, when it exists, is writable."""
+    """``path`` (a file or a folder a command creates) can be made: its nearest existing ancestor is a folder
+    that takes a new entry, and the path itself, when it exists, takes a write. Probed by doing it (a temporary
+    entry, removed at once) rather than by ``os.access``, which says yes to root everywhere, even in /proc or on
+    a read-only mount."""
     path = Path(path)
+    if path.is_dir():
+        _probe_folder(flag, path, path)
+        return
     if path.exists():
-        if not os.access(path, os.W_OK):
-            raise UserError(f"{flag} {path}: cannot write: not writable")
+        try:
+            with path.open("ab"):  # appends nothing: the file is left as it was
+                pass
+        except OSError as exc:
+            raise UserError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
         return
     parent = path.absolute().parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
         raise UserError(f"{flag} {path}: cannot write: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {path}: cannot write: {parent} is not writable")
+    _probe_folder(flag, path, parent)
+
+
+def _probe_folder(flag: str, path: Path, folder: Path) -> None:
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".planner-probe-", dir=folder))
+    except OSError as exc:
+        where = "" if folder == path else f"{folder} "
+        raise UserError(f"{flag} {path}: cannot write: {where}is not writable ({exc.strerror or exc})") from None
 
 
 def within(path: Path, filename: object) -> bool:

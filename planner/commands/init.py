@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from planner.commands.args import int_list
+from planner.commands.console import out_console
 from planner.errors import InfeasibleError, UserError
 
 # Spec field -> the flag that sets it: errors from the request name fields, the user typed flags.
@@ -161,4 +162,4 @@ def register(app: typer.Typer) -> None:
             "deployment_template": _template(template), "output": output, "actuator": actuator, "mode": mode,
             "name": name, "namespace": namespace, "image": image, "kv_link_gbps": kv_link_gbps,
         }
-        run_init(data, out, json_out, Console())
+        run_init(data, out, json_out, out_console())

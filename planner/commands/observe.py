@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.commands.console import out_console
 from planner.errors import UserError
 from planner.sources.dialects import dialect_names
 from planner.sources.resolution import RESOLVED_MAX_RATIO
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{policy}: {exc}") from None
         with source:
             result = source.read(args.window_s, time.time())
-        out = Console()
+        out = out_console()
         err = Console(stderr=True, highlight=False)
         body = observation_json(result, args.window_s)
         if json_out:

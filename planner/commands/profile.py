@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from planner.catalog import load_hardware, load_model
 from planner.commands.args import int_list, positive
+from planner.commands.console import out_console
 from planner.errors import InfeasibleError, UserError
 from planner.profile import Profile, save_profile
 from planner.profiler.backends import get_backend
@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(backend: str, req: SweepRequest, out: Path, plots: Path | None, json_out: bool) -> None:
-    console = Console()
+    console = out_console()
     spec = load_model(req.model)
     hw = load_hardware(req.gpu)
     for t in req.tp:

@@ -13,8 +13,21 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from planner.commands.console import out_console
 from planner.commands.guards import check_port_free
 from planner.errors import UserError
+
+
+def _check_metrics_url(url: str | None) -> None:
+    """The check metrics.url gets (planner/sources/settings.py), for the flag that overrides it."""
+    from planner.sources.settings import http_url
+
+    if url is None:
+        return
+    try:
+        http_url(url)
+    except ValueError as exc:
+        raise UserError(f"--metrics-url {url!r}: {exc}") from None
 
 
 def _check_args(log_level: str, log_format: str, ports: dict[str, int]) -> int:
@@ -92,6 +105,7 @@ def register(app: typer.Typer) -> None:
         given = [flag for flag, value in timing.items() if value is not None]
         if given and not leader_elect:
             raise UserError(f"{given[0]}: only with --leader-elect (there is no Lease without it)")
+        _check_metrics_url(metrics_url)
         token = read_token(api_token_file)
         setup_logging(level, log_format)
         opts = RunOptions(policy[0], dry_run=dry_run, once=once, host=host, port=port, grpc_port=grpc_port,
@@ -113,7 +127,7 @@ def _report_once(results: list) -> None:  # list[service.loop.TickResult]
     from planner.types import NoData
 
     out = [tick_json(r) for r in results]
-    Console().print_json(json.dumps(out[0] if len(out) == 1 else out))
+    out_console().print_json(json.dumps(out[0] if len(out) == 1 else out))
     err = Console(stderr=True, highlight=False)
     failed = [r for r in results if r.error or not r.leader]
     for r in failed:

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from planner.commands.args import parse_columns
+from planner.commands.console import out_console
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
 from planner.sim.evaluate.baselines.registry import DEFAULT_BASELINES
@@ -78,7 +79,7 @@ def backtest_cmd(
     from planner.sim.evaluate.frontier import offline_seed_quantiles
     from planner.sim.traces.loaders import load_requests
 
-    console = Console()
+    console = out_console()
     pol, prof = _policy(policy, quantile), load_profile(profile)
     _check_search(console, workers, offline_simulations, oracle_interval_s)
     if not (peak_window_s > 0 and math.isfinite(peak_window_s)):

@@ -14,7 +14,7 @@ Per step and per GPU (TP ranks split heads and MLP columns, so FLOPs and weight 
   = 6.1 ms against 5.75 ms measured.
 
 The efficiency factors are properties of the hardware class and the software stack, not of one model;
-``CALIBRATED`` holds the values fitted on the real H200 measurements (shared/measurements), and
+``CALIBRATED`` holds the values fitted on the real H200 measurements (profiles/measurements), and
 ``planner bench profile`` reports how well they generalise.
 """
 
@@ -41,7 +41,7 @@ class Efficiency:
     reserve_bytes: float = 2.0e9  # activations, CUDA graphs, allocator slack per GPU
 
 
-# Fitted by planner.profiler.calibrate on shared/measurements/h200/qwen3-8b.json (least squares on log
+# Fitted by planner.profiler.calibrate on profiles/measurements/h200/qwen3-8b.json (least squares on log
 # error, step overhead bounded at 300 us to keep per-layer costs per layer). The errors that leaves are
 # README's, "The analytical ("rapid") model" (`planner bench profile`).
 CALIBRATED = Efficiency()

@@ -1,11 +1,11 @@
-"""Score the analytical model against a measurement file (shared/measurements format)."""
+"""Score the analytical model against a measurement file (profiles/measurements format)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from planner.catalog import load_hardware
+from planner.catalog import data_dir, load_hardware
 from planner.errors import UserError
 from planner.perf import roofline
 from planner.perf.model import ModelSpec
@@ -14,15 +14,9 @@ PREFILL_MIN_MS = 20.0  # below this a prefill is launch-bound noise; the accurac
 
 
 def default_measurements() -> Path | None:
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "shared" / "measurements" / "h200" / "qwen3-8b.json"
-        if candidate.exists():
-            return candidate
-        candidate = parent.parent / "shared" / "measurements" / "h200" / "qwen3-8b.json"
-        if candidate.exists():
-            return candidate
-    return None
+    """The shipped H200 measurement file (profiles/measurements/h200/qwen3-8b.json), if present."""
+    candidate = data_dir() / "measurements" / "h200" / "qwen3-8b.json"
+    return candidate if candidate.exists() else None
 
 
 def measured_model(data: dict) -> ModelSpec:

@@ -26,4 +26,4 @@ def profile_analytical(model: ModelSpec, hw: HardwareSpec, req: SweepRequest,
     sweeps = [sweep_tp(model, hw, tp, isl_grid, batch_grid, ctx_grid, eff) for tp in req.tp]
     calibration = {k: float(v) for k, v in asdict(eff).items()}
     return assemble(model, hw, req, sweeps, backend="analytical", calibration=calibration,
-                    notes="roofline model calibrated on H200 measurements (shared/measurements/h200/qwen3-8b.json)")
+                    notes="roofline model calibrated on H200 measurements (profiles/measurements/h200/qwen3-8b.json)")

@@ -94,7 +94,7 @@ def compare_profiles(measured: Profile, model_eff: roofline.Efficiency = rooflin
 
 
 def to_measurement_format(profile: Profile, model: ModelSpec, tp: int = 1) -> dict:
-    """One TP of a profile in shared/measurements' format (scored by planner.profiler.accuracy)."""
+    """One TP of a profile in profiles/measurements' format (scored by planner.profiler.accuracy)."""
     pre = next(s for s in profile.prefill if s.tp == tp)
     dec = next(s for s in profile.decode if s.tp == tp)
     return {"model": model.name, "config": {"layers": model.layers, "hidden": model.hidden, "heads": model.heads,

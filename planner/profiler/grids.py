@@ -47,7 +47,7 @@ class SweepRequest:
     warmup: int = 3
     iters: int = 20
     # torch backend: run the LM head (logits GEMM) in both stages, as a serving engine does. The shared
-    # measurements (shared/measurements) left it out; set False to reproduce their shapes like-for-like.
+    # measurements (profiles/measurements) left it out; set False to reproduce their shapes like-for-like.
     include_lm_head: bool = True
     # Measuring backends that sweep a serving system (planner profile, profile requests with search
     # "thorough"). endpoint backend: the OpenAI-compatible server at ``url``, the model name it serves

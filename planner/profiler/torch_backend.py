@@ -189,7 +189,7 @@ def build_profile(model: ModelSpec, hw: HardwareSpec, req: SweepRequest, results
                   software: dict[str, str], missing_tps: list[int], failed: list[str], max_batch: int) -> Profile:
     """Assemble measured per-TP results (RankResult) into a Profile; provenance says what was left out."""
     notes = [METHOD, "LM head " + ("included (prefill: last token's logits; decode: every sequence's)"
-                                   if req.include_lm_head else "left out (shared/measurements shapes)")]
+                                   if req.include_lm_head else "left out (profiles/measurements shapes)")]
     sweeps = []
     for r in results:
         notes.append(f"tp {r.tp}: {r.weight_bytes_per_gpu / 1e9:.2f} GB weights per GPU, KV capacity "

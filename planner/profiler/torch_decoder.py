@@ -134,7 +134,7 @@ class ShardedDecoder:
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.embed is None:
-            # Without a vocabulary the measured decoder starts from hidden states (shared/measurements). One
+            # Without a vocabulary the measured decoder starts from hidden states (profiles/measurements). One
             # static random buffer, made on the first (eager) call, so CUDA-graph capture allocates nothing.
             n = tokens.shape[0]
             if self._hidden_in is None or self._hidden_in.shape[0] < n:

@@ -90,9 +90,7 @@ def readiness(loops: Sequence[Any]) -> tuple[int, dict[str, Any]]:
         status = loop.monitor.status()
         prefix = f"{loop.name}:" if len(loops) > 1 else ""
         problems.update({f"{prefix}{k}": v for k, v in loop.monitor.problems.items()})
-        # Never seen yet (and not yet missing): nothing says the inputs work, so not ready.
-        if status is None or any(age is None for age in status.seconds_since_good.values()):
-            starting = True
+        starting = starting or loop.monitor.starting  # the monitor's own test, as /v1/policies' "ready" uses
         if status is None:
             continue
         missing += [f"{prefix}{s}" for s in sorted(status.missing)]
@@ -124,10 +122,11 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
     by_name = {loop.name: loop for loop in loops}
     app = FastAPI(title=title, version="1", description=__doc__)
     _health_routes(app, loops)
-    silent = {loop.name: None if REGISTRY[loop.actuator_kind].publishes else
-              (f"actuator kind {loop.actuator_kind!r} does not publish desired replicas (KEDA and HPA read them "
-               "with kind keda or hpa)") for loop in loops}
-    app.include_router(desired_router(DesiredStores([loop.store for loop in loops]), silent))
+    # Every actuator kind answers /v1/desired: keda and hpa with what they publish, the others (dry-run: the
+    # advisory overlay) with what the loop decided, marked "published": false.
+    publishes = {loop.name: REGISTRY[loop.actuator_kind].publishes for loop in loops}
+    served = DesiredStores([loop.store if publishes[loop.name] else loop.decided for loop in loops])
+    app.include_router(desired_router(served, publishes))
 
     def pick(policy: str | None) -> Any:
         if policy is None and len(by_name) == 1:

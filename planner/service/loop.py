@@ -137,6 +137,9 @@ class ControlLoop:
         self.clock = clock
         self.monitor = monitor or MissingSignalMonitor.for_policy(policy, metrics, source_name(source))
         self.store = store or DesiredStore(policy.name, policy.pool_names())
+        # What this loop decided for each pool, whatever the actuator kind: /v1/desired serves it where nothing
+        # is published (dry-run: what keda would publish). Only ``store`` (PublishActuator's) reaches KEDA's gRPC.
+        self.decided = DesiredStore(policy.name, policy.pool_names())
         self.elector = elector
         self.events = events
         self.decisions = decisions if decisions is not None else DecisionLog()
@@ -253,6 +256,7 @@ class ControlLoop:
 
     def _apply(self, decision: Decision, observation: Observation | NoData, now_s: float) -> TickResult:
         targets = decision.targets()
+        self.decided.publish(targets)
         try:
             applied = self.actuator.apply(targets)
         except LeadershipLost as exc:

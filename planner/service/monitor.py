@@ -86,8 +86,15 @@ class MissingSignalMonitor:
         self._export()
 
     @property
+    def starting(self) -> bool:
+        """Some signal not yet seen once (and not yet missing): nothing says the inputs work."""
+        return self._status is None or any(age is None for age in self._status.seconds_since_good.values())
+
+    @property
     def ready(self) -> bool:
-        return self._status is not None and self._status.ready and not self.problems
+        """The one readiness /readyz, /v1/policies and ``planner_ready`` report: every signal seen, none missing,
+        no problem."""
+        return self._status is not None and not self.starting and self._status.ready and not self.problems
 
     def _export(self) -> None:
         if self._status is not None:

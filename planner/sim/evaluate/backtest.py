@@ -196,6 +196,8 @@ def offline_search(ctx: BaselineContext, config: SimConfig, replays: dict[str, R
         done = sum(f.simulations for f in found)
         cb = (lambda what, n, done=done: progress("offline schedule", done + n, total)) if progress else None
         found.append(offline_schedule(job, group, max_simulations, cb, workers))
+    if progress:  # the search stops when no cut is left, often under its budget of simulations: done is 100 %
+        progress("offline schedule", total, total)
     best = min(found, key=lambda o: (o.attainment < o.target, o.gpu_hours))
     return replace(best, simulations=sum(f.simulations for f in found))
 

@@ -89,6 +89,43 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+# Policies often hold the same replicas or latency for minutes: each gets its own dash and marker, and the
+# first drawn is the widest, so a line hidden under a later one still shows around it.
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 8, "borderaxespad": 0.0}
+
+
+def line_style(i: int, n: int, points: int) -> dict[str, Any]:
+    """Matplotlib keywords for the ``i``-th of ``n`` policies over ``points`` samples: markers ~12 per line,
+    staggered between policies so that two equal lines show both."""
+    every = max(n, points // 12, 1)
+    return {"ls": LINE_STYLES[i % len(LINE_STYLES)], "marker": MARKERS[i % len(MARKERS)], "markersize": 4,
+            "markevery": (i * every // max(n, 1), every), "lw": 1.0 + 1.5 * (n - 1 - i) / max(n - 1, 1),
+            "zorder": 2 + i}
+
+
+def replica_offsets(n: int, span: float) -> list[float]:
+    """Small vertical offsets (about 1 % of the axis each, centred on 0) for ``n`` replica step lines: equal
+    integer counts would otherwise draw one line over another."""
+    unit = 0.012 * max(span, 1.0)
+    return [(i - (n - 1) / 2) * unit for i in range(n)]
+
+
+def plain_ms_axis(ax: Any) -> None:
+    """A log axis labelled in plain milliseconds (20, 30, 1,000), never 2x10^1; minor ticks are labelled too
+    when the axis spans less than a decade (else they would crowd)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def plain(v: float, _pos: object = None) -> str:
+        return f"{v:,.0f}" if v >= 10 else f"{v:g}"
+
+    ax.yaxis.set_major_formatter(FuncFormatter(plain))
+    lo, hi = ax.get_ylim()
+    ax.yaxis.set_minor_formatter(FuncFormatter(plain) if lo > 0 and hi / lo < 10 else NullFormatter())
+    ax.set_ylabel("ms (log scale)")
+
+
 def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     import matplotlib
 
@@ -112,34 +149,39 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     ax.set_ylabel("req/s")
     ax.set_title("Offered load")
     shade(ax)
-    ax.legend()
+    ax.legend(**LEGEND_OUTSIDE)
     paths.append(_save(fig, out / "load.png"))
     # replicas per pool per policy
     pools = [k.split(".")[0] for k in next(iter(result.replays.values())).timeline[0] if k.endswith(".ready")]
     fig, axes = plt.subplots(len(pools), 1, figsize=(10, 3.2 * len(pools)), squeeze=False)
+    count = len(result.replays)
     for ax, pool in zip(axes[:, 0], pools, strict=True):
-        for name, rep in result.replays.items():
-            t = np.array([row["t_s"] for row in rep.timeline]) / 60
-            n = np.array([row[f"{pool}.starting"] + row[f"{pool}.ready"] for row in rep.timeline])
-            ax.step(t, n, where="post", label=name)
-        ax.set_title(f"{pool}: replicas (starting + ready)")
+        series = {name: (np.array([row["t_s"] for row in rep.timeline]) / 60,
+                         np.array([row[f"{pool}.starting"] + row[f"{pool}.ready"] for row in rep.timeline]))
+                  for name, rep in result.replays.items()}
+        top = max((float(n.max()) for _, n in series.values() if len(n)), default=1.0)
+        low = min((float(n.min()) for _, n in series.values() if len(n)), default=0.0)
+        for i, ((name, (t, n)), dy) in enumerate(zip(series.items(), replica_offsets(count, top - low), strict=True)):
+            ax.step(t, n + dy, where="post", label=name, **line_style(i, count, len(t)))
+        ax.set_title(f"{pool}: replicas (starting + ready; lines offset slightly where they coincide)")
         shade(ax)
         ax.set_xlabel("minutes")
-        ax.legend(fontsize=8)
+        ax.legend(**LEGEND_OUTSIDE)
     paths.append(_save(fig, out / "replicas.png"))
     # latency vs SLA
     fig, axes = plt.subplots(2, 1, figsize=(10, 7))
     for key, ax, target in (("ttft_ms_p95", axes[0], sla["ttft_ms"]), ("itl_ms_p95", axes[1], sla["itl_ms"])):
-        for name, rep in result.replays.items():
+        for i, (name, rep) in enumerate(result.replays.items()):
             t = np.array([row["t_s"] for row in rep.timeline]) / 60
             v = np.array([row[key] for row in rep.timeline])
-            ax.plot(t, v, label=name, lw=1)
-        ax.axhline(target, color="k", ls="--", lw=1, label="SLA target")
+            ax.plot(t, v, label=name, **line_style(i, count, len(t)))
+        ax.axhline(target, color="k", ls=(0, (6, 3)), lw=1, label="SLA target")
         shade(ax)
         ax.set_yscale("log")
         ax.set_title(f"{key.replace('_', ' ')} over each policy's metrics window (sampled every 30 s) vs SLA")
         ax.set_xlabel("minutes")
-        ax.legend(fontsize=8)
+        plain_ms_axis(ax)
+        ax.legend(**LEGEND_OUTSIDE)
     paths.append(_save(fig, out / "latency.png"))
     calibration = calibration_plot(result)
     if calibration is not None:
