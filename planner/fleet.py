@@ -9,13 +9,17 @@ state remember what it was granted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from planner.config import Policy
 from planner.controller import PlannerController
 from planner.decide.fleet import FleetFit, PolicyAsk, PoolAsk, fit_fleet, granted_decision, regranted_state
 from planner.decide.outlook import Outlook, outlook
+from planner.decide.spec import DeciderSpec
 from planner.decide.state import PlannerState
+from planner.decide.whatif import plan, what_if_inputs, what_if_policy
 from planner.fleet_file import Fleet
 from planner.types import Decision, NoData, Observation, Pool, Reason
 
@@ -53,37 +57,67 @@ class FleetPlanner:
     def tick(self, observations: Mapping[str, Observation | NoData], now_s: float) -> FleetTick:
         before = {n: c.state for n, c in self.controllers.items()}
         wanted = {n: c.tick(observations[n], now_s) for n, c in self.controllers.items()}
-        asks = [self._ask(n, wanted[n], before[n]) for n in self.controllers]
-        if sum(a.wanted_gpus for a in asks) > self.fleet.max_gpus:
-            looks = {n: outlook(c.spec, observations[n], c.last_forecast, before[n], now_s)
-                     for n, c in self.controllers.items()}
-            asks = [self._ask(n, wanted[n], before[n], looks[n]) for n in self.controllers]
-        else:
-            looks = {}
-        fit = fit_fleet(asks, self.fleet.max_gpus)
-        granted: dict[str, Decision] = {}
-        for name in fit.order:
-            decision, controller = wanted[name], self.controllers[name]
-            if fit.granted[name] == decision.targets():
-                granted[name] = decision
-                continue
-            look = looks.get(name)
-            predicted = ({p: look.predicted(Pool(p), n) for p, n in fit.granted[name].items()}
-                         if look is not None else None)
-            granted[name] = granted_decision(decision, fit.granted[name], fit.reasons.get(name, {}), predicted)
-            controller.state = regranted_state(controller.state, decision, granted[name], now_s,
-                                               controller.policy.behavior)
-        self.last = FleetTick(now_s, wanted, granted, fit)
-        return self.last
+        policies = {n: c.policy for n, c in self.controllers.items()}
+        looks = lambda: {n: outlook(c.spec, observations[n], c.last_forecast, before[n], now_s)  # noqa: E731
+                         for n, c in self.controllers.items()}
+        tick = fit_decisions(self.fleet.max_gpus, policies, self.priority, wanted, before, looks, now_s)
+        for name, decision in tick.granted.items():
+            if decision is not wanted[name]:
+                controller = self.controllers[name]
+                controller.state = regranted_state(controller.state, wanted[name], decision, now_s,
+                                                   controller.policy.behavior)
+        self.last = tick
+        return tick
 
-    def _ask(self, name: str, decision: Decision, before: PlannerState, look: Outlook | None = None) -> PolicyAsk:
-        policy = self.controllers[name].policy
-        held = Reason.NO_DATA_HOLD in decision.reasons
-        pools = {}
-        for pool, pd in decision.pools.items():
-            # A pool held for missing data keeps what it holds: missing data never takes GPUs away.
-            floor = pd.replicas if held else min(pd.replicas, policy.pool(pool).min_replicas)
-            costs = (tuple(look.pressure(Pool(pool), c) for c in range(floor, pd.replicas))
-                     if look is not None else ())
-            pools[pool] = PoolAsk(pd.replicas, pd.gpus_per_replica, floor, costs, before.pool(pool).target)
-        return PolicyAsk(name, self.priority[name], pools)
+
+def fit_decisions(max_gpus: int, policies: Mapping[str, Policy], priority: Mapping[str, int],
+                  wanted: Mapping[str, Decision], before: Mapping[str, PlannerState],
+                  looks: Callable[[], Mapping[str, Outlook | None]], now_s: float) -> FleetTick:
+    """The fleet stage on one tick's decisions; ``looks`` is asked only when the budget binds."""
+    asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n]) for n in wanted]
+    outlooks: Mapping[str, Outlook | None] = {}
+    if sum(a.wanted_gpus for a in asks) > max_gpus:
+        outlooks = looks()
+        asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n], outlooks[n]) for n in wanted]
+    fit = fit_fleet(asks, max_gpus)
+    granted: dict[str, Decision] = {}
+    for name in fit.order:
+        decision = wanted[name]
+        if fit.granted[name] == decision.targets():
+            granted[name] = decision
+            continue
+        look = outlooks.get(name)
+        predicted = ({p: look.predicted(Pool(p), n) for p, n in fit.granted[name].items()}
+                     if look is not None else None)
+        granted[name] = granted_decision(decision, fit.granted[name], fit.reasons.get(name, {}), predicted,
+                                         policies[name].mode)
+    return FleetTick(now_s, dict(wanted), granted, fit)
+
+
+def policy_ask(name: str, priority: int, policy: Policy, decision: Decision, before: PlannerState,
+               look: Outlook | None = None) -> PolicyAsk:
+    """What ``decision`` asks of the fleet, each replica above the floor priced by ``look`` (None: unpriced)."""
+    held = Reason.NO_DATA_HOLD in decision.reasons
+    pools = {}
+    for pool, pd in decision.pools.items():
+        # A pool held for missing data keeps what it holds: missing data never takes GPUs away.
+        floor = pd.replicas if held else min(pd.replicas, policy.pool(pool).min_replicas)
+        costs = (tuple(look.pressure(Pool(pool), c) for c in range(floor, pd.replicas))
+                 if look is not None else ())
+        pools[pool] = PoolAsk(pd.replicas, pd.gpus_per_replica, floor, costs, before.pool(pool).target)
+    return PolicyAsk(name, priority, pools)
+
+
+def plan_fleet(fleet: Fleet, loads: Mapping[str, tuple[float, float, float]]) -> FleetTick:
+    """What-if for the fleet: each policy's ``planner plan`` at its load (rate_rps, isl, osl), fitted into the
+    budget (no state, no history: see decide/whatif.py)."""
+    wanted, looks, policies = {}, {}, {}
+    for m in fleet.members:
+        rate, isl, osl = loads[m.name]
+        policies[m.name] = what_if_policy(m.policy)
+        wanted[m.name] = plan(m.policy, m.profile, rate, isl, osl)
+        spec = DeciderSpec.build(policies[m.name], m.profile, stale_after_s=math.inf)
+        obs, forecast = what_if_inputs(policies[m.name], rate, isl, osl)
+        looks[m.name] = outlook(spec, obs, forecast, None, 0.0)
+    return fit_decisions(fleet.max_gpus, policies, {m.name: m.priority for m in fleet.members}, wanted,
+                         {n: PlannerState() for n in wanted}, lambda: looks, 0.0)

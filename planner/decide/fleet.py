@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from planner.config import Behavior
 from planner.decide.behavior import commit
 from planner.decide.state import PlannerState
-from planner.types import Decision, Reason
+from planner.types import Decision, Mode, Reason
 
 _INF_COST = 1e18  # an unbounded queue outranks any finite pressure; ties between two are broken by share
 
@@ -171,9 +171,11 @@ def _order(asks: Sequence[PolicyAsk], granted_gpus: Mapping[str, int]) -> tuple[
 # ---------------------------------------------------------------------------------- applying a grant
 def granted_decision(decision: Decision, granted: Mapping[str, int],
                      reasons: Mapping[str, tuple[Reason, ...]],
-                     predicted: Mapping[str, tuple[float | None, float | None]] | None = None) -> Decision:
+                     predicted: Mapping[str, tuple[float | None, float | None]] | None = None,
+                     mode: Mode | None = None) -> Decision:
     """``decision`` with its pools at the granted replicas, each clamp's reason added (pool and decision), and
-    the predicted latency at the granted sizes where ``predicted`` has it."""
+    the predicted latency at the granted sizes where ``predicted`` has it (the decision's own end-to-end
+    prediction too, from its ``mode``'s TTFT and ITL pools)."""
     pools = dict(decision.pools)
     for pool, n in granted.items():
         pd = pools.get(pool)
@@ -184,7 +186,12 @@ def granted_decision(decision: Decision, granted: Mapping[str, int],
         pools[pool] = replace(pd, replicas=n, reasons=(*pd.reasons, *extra),
                               predicted_ttft_ms=_finite(ttft), predicted_itl_ms=_finite(itl))
     added = tuple(dict.fromkeys(r for rs in reasons.values() for r in rs if r not in decision.reasons))
-    return replace(decision, pools=pools, reasons=(*decision.reasons, *added))
+    out = replace(decision, pools=pools, reasons=(*decision.reasons, *added))
+    if mode is not None and predicted:
+        ttft_pool, itl_pool = pools.get(mode.ttft_pool), pools.get(mode.itl_pool)
+        out = replace(out, predicted_ttft_ms=ttft_pool.predicted_ttft_ms if ttft_pool is not None else None,
+                      predicted_itl_ms=itl_pool.predicted_itl_ms if itl_pool is not None else None)
+    return out
 
 
 def regranted_state(state: PlannerState, decided: Decision, granted: Decision, now_s: float,

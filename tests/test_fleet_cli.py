@@ -1,0 +1,80 @@
+"""`planner plan --fleet` and `planner backtest --fleet` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.cli import run
+from planner.decide.whatif import plan
+from planner.fleet_file import load_fleet
+from tests.support.fleet_support import member, write_fleet
+
+
+@pytest.fixture
+def fleet_path(tmp_path: Path) -> Path:
+    return write_fleet(tmp_path, [member("chat", 10), member("batch", 0), member("code", 0)], max_gpus=24,
+                       prices={"h200": 3.5})
+
+
+def _plan_json(capsys, *args: str) -> tuple[int, dict]:  # noqa: ANN001
+    rc = run(["plan", *args, "--json"])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+def test_a_fleet_within_budget_gets_what_each_policy_plans(fleet_path: Path, capsys) -> None:  # noqa: ANN001
+    rc, out = _plan_json(capsys, "--fleet", str(fleet_path), "--rate-rps", "20", "--isl", "1024", "--osl", "256")
+    fleet = load_fleet(fleet_path)
+    alone = plan(fleet.member("chat").policy, fleet.member("chat").profile, 20, 1024, 256)
+    assert rc == 0 and not out["binds"]
+    assert out["policies"]["chat"]["granted"] == alone.targets() == out["policies"]["chat"]["wanted"]
+    assert out["used_gpus"] == out["wanted_gpus"] <= 24 and out["decisions"]["chat"]["gpus"] == alone.gpus
+
+
+def test_a_binding_budget_goes_to_the_higher_priority_first(fleet_path: Path, capsys) -> None:  # noqa: ANN001
+    rc, out = _plan_json(capsys, "--fleet", str(fleet_path), "--rate-rps", "40", "--isl", "1024", "--osl", "256",
+                         "--load", "chat=60,1155,211")
+    chat, batch = out["policies"]["chat"], out["policies"]["batch"]
+    assert rc == 3  # the lower priorities now miss their SLA: not a success
+    assert out["binds"] and out["used_gpus"] <= 24 < out["wanted_gpus"]
+    assert chat["granted"] == chat["wanted"] and chat["reason"] is None
+    assert batch["granted_gpus"] < batch["wanted_gpus"] and batch["reason"] == "fleet_priority"
+    assert "fleet_priority" in out["decisions"]["batch"]["pools"]["prefill"]["reasons"]
+
+
+def test_the_table_names_the_reason_and_the_budget(fleet_path: Path, capsys) -> None:  # noqa: ANN001
+    rc = run(["plan", "--fleet", str(fleet_path), "--rate-rps", "40", "--isl", "1024", "--osl", "256",
+              "--load", "chat=60,1155,211"])
+    cap = capsys.readouterr()
+    assert rc == 3 and "fleet_priority" in cap.out and "of 24 GPUs granted" in cap.out and "per hour" in cap.out
+    assert "the fleet's GPU budget (fleet_priority)" in cap.err
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    pytest.param(["--load", "chat=1,2"], "expected NAME=RATE_RPS,ISL,OSL", id="load-short"),
+    pytest.param(["--load", "nope=1,2,3"], "no policy 'nope' in the fleet; allowed: chat, batch, code", id="load-name"),
+    pytest.param(["--load", "chat=x,2,3"], "must be numbers", id="load-number"),
+    pytest.param(["--load", "chat=-1,2,3"], "--load chat rate", id="load-negative"),
+    pytest.param(["--load", "chat=1,2,3"], "no load for batch, code", id="load-missing"),
+    pytest.param(["--rate-rps", "1", "--isl", "1", "--osl", "1", "--policy", "x.yaml"], "--fleet and --policy",
+                 id="both"),
+])
+def test_plan_fleet_rejects_bad_input(fleet_path: Path, args: list[str], needle: str, capsys) -> None:  # noqa: ANN001
+    rc = run(["plan", "--fleet", str(fleet_path), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and "Traceback" not in err
+
+
+def test_plan_fleet_with_a_bad_fleet_file_names_the_key(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    path = write_fleet(tmp_path, [member("a"), member("b")], max_gpus=1)
+    rc = run(["plan", "--fleet", str(path), "--rate-rps", "1", "--isl", "100", "--osl", "10"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "key 'budget.max_gpus' = 1: below the policies' floors" in err
+
+
+def test_plan_without_policy_or_fleet_says_what_is_missing(capsys) -> None:  # noqa: ANN001
+    rc = run(["plan", "--rate-rps", "1", "--isl", "100", "--osl", "10"])
+    assert rc == 2 and "--policy: required (or --fleet)" in capsys.readouterr().err
