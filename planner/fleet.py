@@ -45,13 +45,16 @@ class FleetTick:
 class FleetPlanner:
     """One PlannerController per member of ``fleet`` (by policy name), ticked together."""
 
-    def __init__(self, fleet: Fleet, controllers: Mapping[str, PlannerController]) -> None:
+    def __init__(self, fleet: Fleet, controllers: Mapping[str, PlannerController], max_gpus: int | None = None) -> None:
+        """``max_gpus``: the budget to fit into (default the fleet's; the simulator's unshared comparison
+        passes one that never binds)."""
         missing = [m.name for m in fleet.members if m.name not in controllers]
         if missing:
             raise ValueError(f"no controller for {', '.join(missing)}")
         self.fleet = fleet
         self.controllers = dict(controllers)
         self.priority = {m.name: m.priority for m in fleet.members}
+        self.max_gpus = fleet.max_gpus if max_gpus is None else max_gpus
         self.last: FleetTick | None = None
 
     def tick(self, observations: Mapping[str, Observation | NoData], now_s: float) -> FleetTick:
@@ -60,7 +63,7 @@ class FleetPlanner:
         policies = {n: c.policy for n, c in self.controllers.items()}
         looks = lambda: {n: outlook(c.spec, observations[n], c.last_forecast, before[n], now_s)  # noqa: E731
                          for n, c in self.controllers.items()}
-        tick = fit_decisions(self.fleet.max_gpus, policies, self.priority, wanted, before, looks, now_s)
+        tick = fit_decisions(self.max_gpus, policies, self.priority, wanted, before, looks, now_s)
         for name, decision in tick.granted.items():
             if decision is not wanted[name]:
                 controller = self.controllers[name]

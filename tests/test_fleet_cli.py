@@ -78,3 +78,54 @@ def test_plan_fleet_with_a_bad_fleet_file_names_the_key(tmp_path: Path, capsys) 
 def test_plan_without_policy_or_fleet_says_what_is_missing(capsys) -> None:  # noqa: ANN001
     rc = run(["plan", "--rate-rps", "1", "--isl", "100", "--osl", "10"])
     assert rc == 2 and "--policy: required (or --fleet)" in capsys.readouterr().err
+
+
+TRACE = Path(__file__).resolve().parents[1] / "profiles" / "traces" / "azure2023-conv.csv"
+
+
+def _traces(*names: str) -> list[str]:
+    return [arg for n in names for arg in ("--trace", f"{n}={TRACE}")]
+
+
+@pytest.mark.slow
+def test_backtest_fleet_writes_the_fleet_report(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    path = write_fleet(tmp_path, [member("chat", 10), member("batch", 0), member("code", 0)], max_gpus=14,
+                       prices={"h200": 3.5})
+    out = tmp_path / "out"
+    rc = run(["backtest", "--fleet", str(path), *_traces("chat", "batch", "code"), "--duration-s", "600",
+              "--rate-scale", "2", "--out", str(out)])
+    report = json.loads((out / "report.json").read_text())
+    f = report["fleet"]
+    assert rc == 0 and "# Fleet backtest" in capsys.readouterr().out
+    assert f["budget_gpus"] == 14 and f["max_gpus_granted"] <= 14 and f["binding_ticks"] > 0
+    assert set(f) >= {"budget_gpus", "max_gpus_used", "gpu_hours", "cold_starts", "cost"}
+    assert f["cost"] == pytest.approx(3.5 * f["gpu_hours"], rel=1e-3)
+    chat, batch = report["policies"]["chat"], report["policies"]["batch"]
+    assert chat["clamped_ticks"] == 0 < batch["clamped_ticks"]  # the budget binds on the lower priority only
+    assert chat["requests"] > 0 and chat["gpu_hours"] > 0
+    unshared = report["comparisons"]["unshared"]
+    assert unshared["max_gpus_used"] > 14  # without the budget the same planners want more than it allows
+    assert f["gpu_hours"] == pytest.approx(sum(p["gpu_hours"] for p in report["policies"].values()), abs=1e-3)
+    assert report["checks"]["gpu_hours_vs_static_peak"] == pytest.approx(
+        f["gpu_hours"] / report["comparisons"]["static_peak"]["gpu_hours"], rel=1e-3)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    pytest.param(_traces("chat", "batch"), "--trace: no trace for code", id="missing"),
+    pytest.param([*_traces("chat", "batch", "code"), "--trace", "nope=x.csv"], "no policy 'nope'", id="unknown"),
+    pytest.param([*_traces("chat", "batch", "code"), "--trace", f"chat={TRACE}"], "already has a trace", id="twice"),
+    pytest.param(["--trace", str(TRACE)], "expected POLICY=FILE", id="plain-path"),
+    pytest.param([*_traces("chat", "batch"), "--trace", "code=/nonexistent.csv"], "--trace code=/nonexistent.csv",
+                 id="unreadable"),
+    pytest.param([*_traces("chat", "batch", "code"), "--policy", "p.yaml"], "--policy: not with --fleet", id="policy"),
+])
+def test_backtest_fleet_rejects_bad_traces(fleet_path: Path, tmp_path: Path, args: list[str], needle: str,
+                                           capsys) -> None:  # noqa: ANN001
+    rc = run(["backtest", "--fleet", str(fleet_path), *args, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and "Traceback" not in err
+
+
+def test_backtest_without_policy_or_fleet_says_what_is_missing(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    rc = run(["backtest", "--trace", str(TRACE), "--out", str(tmp_path / "o")])
+    assert rc == 2 and "--policy: required (or --fleet)" in capsys.readouterr().err
