@@ -75,13 +75,15 @@ class FleetPlanner:
 
 def fit_decisions(max_gpus: int, policies: Mapping[str, Policy], priority: Mapping[str, int],
                   wanted: Mapping[str, Decision], before: Mapping[str, PlannerState],
-                  looks: Callable[[], Mapping[str, Outlook | None]], now_s: float) -> FleetTick:
-    """The fleet stage on one tick's decisions; ``looks`` is asked only when the budget binds."""
-    asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n]) for n in wanted]
+                  looks: Callable[[], Mapping[str, Outlook | None]], now_s: float,
+                  held: set[str] | frozenset[str] = frozenset()) -> FleetTick:
+    """The fleet stage on one tick's decisions; ``looks`` is asked only when the budget binds; ``held``:
+    policies that keep what they have this tick (nothing can be applied to them)."""
+    asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n], held=n in held) for n in wanted]
     outlooks: Mapping[str, Outlook | None] = {}
     if sum(a.wanted_gpus for a in asks) > max_gpus:
         outlooks = looks()
-        asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n], outlooks[n]) for n in wanted]
+        asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n], outlooks[n], n in held) for n in wanted]
     fit = fit_fleet(asks, max_gpus)
     granted: dict[str, Decision] = {}
     for name in fit.order:
@@ -98,16 +100,19 @@ def fit_decisions(max_gpus: int, policies: Mapping[str, Policy], priority: Mappi
 
 
 def policy_ask(name: str, priority: int, policy: Policy, decision: Decision, before: PlannerState,
-               look: Outlook | None = None) -> PolicyAsk:
-    """What ``decision`` asks of the fleet, each replica above the floor priced by ``look`` (None: unpriced)."""
-    held = Reason.NO_DATA_HOLD in decision.reasons
+               look: Outlook | None = None, held: bool = False) -> PolicyAsk:
+    """What ``decision`` asks of the fleet, each replica above the floor priced by ``look`` (None: unpriced);
+    ``held``: it keeps what it has (as a decision held for missing data does)."""
+    held = held or Reason.NO_DATA_HOLD in decision.reasons
     pools = {}
     for pool, pd in decision.pools.items():
         # A pool held for missing data keeps what it holds: missing data never takes GPUs away.
         floor = pd.replicas if held else min(pd.replicas, policy.pool(pool).min_replicas)
         costs = (tuple(look.pressure(Pool(pool), c) for c in range(floor, pd.replicas))
                  if look is not None else ())
-        pools[pool] = PoolAsk(pd.replicas, pd.gpus_per_replica, floor, costs, before.pool(pool).target)
+        before_pool = before.pool(pool) if before is not None else None
+        pools[pool] = PoolAsk(pd.replicas, pd.gpus_per_replica, floor, costs,
+                              before_pool.target if before_pool is not None else None)
     return PolicyAsk(name, priority, pools)
 
 

@@ -84,6 +84,11 @@ def test_every_clamped_pool_has_a_reason_and_no_other_does() -> None:
     assert dict(fit.reasons["pd"]) == {"decode": (S,)}
 
 
+def test_a_policy_with_no_pool_known_is_still_in_the_fit() -> None:
+    fit = fit_fleet([ask("unknown", 0, {}), ask("a", 0, agg(3))], 2)
+    assert dict(fit.granted["unknown"]) == {} and fit.granted_gpus["unknown"] == 0 and fit.granted["a"]["aggregated"] == 2
+
+
 def test_shrinking_policies_are_applied_first() -> None:
     fit = fit_fleet([ask("a-grows", 0, agg(8, current=4)), ask("b-shrinks", 0, agg(6, current=10)),
                      ask("c-new", 0, agg(1))], 20)

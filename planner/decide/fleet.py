@@ -132,9 +132,9 @@ def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
                 if granted[(name, pool)] < ask[(name, pool)].wanted:
                     why = Reason.FLEET_PRIORITY if lost_to_higher else Reason.FLEET_SHARE
                     reasons.setdefault(name, {})[pool] = (why,)
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, int]] = {a.name: {} for a in asks}  # a decision may name no pool (nothing known)
     for name, pool in keys:
-        out.setdefault(name, {})[pool] = granted[(name, pool)]
+        out[name][pool] = granted[(name, pool)]
     granted_gpus = {a.name: sum(out[a.name][p] * a.pools[p].gpus_per_replica for p in a.pools) for a in asks}
     return FleetFit(max_gpus, out, {a.name: a.wanted_gpus for a in asks}, granted_gpus, reasons,
                     _order(asks, granted_gpus))
