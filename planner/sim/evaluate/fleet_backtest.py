@@ -49,15 +49,17 @@ class StaticPools:
 
 
 def run_fleet_backtest(fleet: Fleet, traces: Mapping[str, RequestTrace], *, startup_s: float | None = None,
-                       kill: bool = False, compare: bool = True,
+                       kill: bool = False, compare: bool = True, warmup_s: float = 0.0,
                        progress: Callable[[str, float, float], None] | None = None) -> FleetBacktest:
-    shared = fleet_replay(fleet, traces, startup_s=startup_s, kill=kill, progress=progress)
-    report: dict = {"fleet": _fleet_section(fleet, shared), "policies": _policies(fleet, shared, traces),
+    """The fleet, and (``compare``) the comparisons; the first ``warmup_s`` of every trace run unscored."""
+    shared = fleet_replay(fleet, traces, startup_s=startup_s, kill=kill, warmup_s=warmup_s, progress=progress)
+    report: dict = {"warmup_s": warmup_s, "fleet": _fleet_section(fleet, shared), "policies": _policies(fleet, shared, traces),
                     "traces": {n: t.summary() for n, t in traces.items()}}
     unshared = None
     if compare:
-        unshared = fleet_replay(fleet, traces, shared=False, startup_s=startup_s, kill=kill, progress=progress)
-        static = _static_peak(fleet, traces, unshared, startup_s, kill)
+        unshared = fleet_replay(fleet, traces, shared=False, startup_s=startup_s, kill=kill, warmup_s=warmup_s,
+                                progress=progress)
+        static = _static_peak(fleet, traces, unshared, startup_s, kill, warmup_s)
         report["comparisons"] = {"unshared": _comparison(fleet, unshared.replays, traces, unshared),
                                  "static_peak": _comparison(fleet, static, traces, None)}
     report["checks"] = _checks(fleet, report)
@@ -85,9 +87,10 @@ def _policies(fleet: Fleet, run: FleetReplay, traces: Mapping[str, RequestTrace]
     return out
 
 
-def _met(scores: Mapping, percentile: float) -> bool:
+def _met(scores: Mapping, percentile: float) -> bool | None:
+    """Whether the policy met its SLA (None: no request was scored)."""
     att = scores.get("attainment_joint")
-    return att is not None and att >= percentile / 100.0
+    return None if att is None else att >= percentile / 100.0
 
 
 def _comparison(fleet: Fleet, replays: Mapping[str, Replay], traces: Mapping[str, RequestTrace],
@@ -113,18 +116,19 @@ def _per_replica(rep: Replay, pool: str) -> int:
 
 
 def _static_peak(fleet: Fleet, traces: Mapping[str, RequestTrace], unshared: FleetReplay, startup_s: float | None,
-                 kill: bool) -> dict[str, Replay]:
+                 kill: bool, warmup_s: float) -> dict[str, Replay]:
     out = {}
     for m in fleet.members:
         rep = unshared.replays[m.name]
         peak: dict[str, int] = {}
-        for _, tg in rep.targets:
-            for p, n in tg.items():
+        for t, tg in rep.targets:
+            for p, n in tg.items() if t >= warmup_s else ():
                 peak[p] = max(peak.get(p, 0), n)
         gpus = {p: pd.gpus_per_replica for p, pd in rep.decisions[-1].pools.items()} if rep.decisions else {}
         ctx, config = sim_setup(traces[m.name], m.profile, m.policy, startup_s=startup_s, kill=kill)
         static = StaticPools(peak or dict(ctx.initial), fleet.interval_s, gpus or {p: 1 for p in ctx.initial})
-        out[m.name] = replay(traces[m.name], m.profile, static, config, peak or ctx.initial, ctx.window_s)
+        out[m.name] = replay(traces[m.name], m.profile, static, config, peak or ctx.initial, ctx.window_s,
+                             score_from_s=warmup_s)
     return out
 
 
@@ -133,7 +137,7 @@ def _checks(fleet: Fleet, report: dict) -> dict:
     static pools, no failed request."""
     top = max(m.priority for m in fleet.members)
     high = [n for n, p in report["policies"].items() if p["priority"] == top]
-    out: dict = {"high_priority_sla_met": all(report["policies"][n]["sla_met"] for n in high),
+    out: dict = {"high_priority_sla_met": all(report["policies"][n]["sla_met"] is not False for n in high),
                  "budget_binds": report["fleet"]["binding_ticks"] > 0,
                  "failed_requests": sum(p["failed_requests"] for p in report["policies"].values())}
     comp = report.get("comparisons")
@@ -156,16 +160,25 @@ def fleet_markdown(report: dict) -> str:
     for name, p in report["policies"].items():
         att = p["attainment_joint"]
         lines.append(f"| {name} | {p['priority']} | {p['requests']} | {'-' if att is None else f'{att:.2%}'} | "
-                     f"{'yes' if p['sla_met'] else 'no'} | {p['gpu_hours']:.2f} | {p['clamped_ticks']} | "
+                     f"{_yes(p['sla_met'])} | {p['gpu_hours']:.2f} | {p['clamped_ticks']} | "
                      f"{p['failed_requests']} |")
     comp = report.get("comparisons")
     if comp:
         lines += ["", "| run | GPU-h | peak GPUs | policies meeting their SLA |", "|---|---|---|---|",
                   f"| fleet (shared budget) | {f['gpu_hours']:.2f} | {f['max_gpus_used']:g} | "
-                  f"{sum(p['sla_met'] for p in report['policies'].values())}/{len(report['policies'])} |"]
+                  f"{_count(report['policies'])} |"]
         for key, label in (("unshared", "per-model planners, no shared budget"),
                            ("static_peak", "static pool per model at its peak")):
             c = comp[key]
             lines.append(f"| {label} | {c['gpu_hours']:.2f} | {c['max_gpus_used']:g} | "
-                         f"{sum(p['sla_met'] for p in c['policies'].values())}/{len(c['policies'])} |")
+                         f"{_count(c['policies'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _yes(met: bool | None) -> str:
+    return "-" if met is None else "yes" if met else "no"
+
+
+def _count(policies: Mapping[str, Mapping]) -> str:
+    scored = [p["sla_met"] for p in policies.values() if p["sla_met"] is not None]
+    return f"{sum(scored)}/{len(scored)}"

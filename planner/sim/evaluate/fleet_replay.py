@@ -44,6 +44,7 @@ class FleetReplay:
     clamped_ticks: dict[str, int]  # per policy, ticks it was granted less than it decided
     replica_starts: int  # replicas added over the run (every policy, every pool)
     cold_starts: int  # pools started from zero replicas
+    score_from_s: float = 0.0  # the warm-up before it is not scored (nor counted above)
 
     @property
     def gpu_hours(self) -> float:
@@ -51,17 +52,18 @@ class FleetReplay:
 
     @property
     def max_gpus_used(self) -> float:
-        return max((row["gpus"] for row in self.timeline), default=0.0)
+        return max((row["gpus"] for row in self.timeline if row["t_s"] >= self.score_from_s), default=0.0)
 
     @property
     def max_gpus_granted(self) -> float:
-        return max((row["granted_gpus"] for row in self.timeline), default=0.0)
+        return max((row["granted_gpus"] for row in self.timeline if row["t_s"] >= self.score_from_s), default=0.0)
 
 
 def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bool = True,
-                 startup_s: float | None = None, kill: bool = False, sample_s: float = 30.0,
+                 startup_s: float | None = None, kill: bool = False, sample_s: float = 30.0, warmup_s: float = 0.0,
                  progress: Callable[[str, float, float], None] | None = None) -> FleetReplay:
-    """Replay ``traces`` (one per policy, by name) under the fleet's planners; ``shared=False``: no budget."""
+    """Replay ``traces`` (one per policy, by name) under the fleet's planners; ``shared=False``: no budget;
+    the first ``warmup_s`` run unscored (the planners gather history)."""
     budget = fleet.max_gpus if shared else NO_BUDGET
     setups = {m.name: sim_setup(traces[m.name], m.profile, m.policy, startup_s=startup_s, kill=kill)
               for m in fleet.members}
@@ -98,14 +100,15 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
             for name in tick.fit.order:
                 d = tick.granted[name]
                 new = d.targets()
-                starts += sum(max(0, n - granted[name].get(p, 0)) for p, n in new.items())
-                cold += sum(1 for p, n in new.items() if n > 0 and granted[name].get(p, 0) == 0)
+                scored = t >= warmup_s
+                starts += scored * sum(max(0, n - granted[name].get(p, 0)) for p, n in new.items())
+                cold += scored * sum(1 for p, n in new.items() if n > 0 and granted[name].get(p, 0) == 0)
                 actuators[name].apply(new)
                 granted[name] = {**granted[name], **new}
                 decisions[name].append(d)
                 targets[name].append((t, dict(new)))
-                clamped[name] += int(tick.fit.reason(name) is not None)
-            if tick.fit.binds:
+                clamped[name] += int(tick.fit.reason(name) is not None and t >= warmup_s)
+            if tick.fit.binds and t >= warmup_s:
                 ticks.append(tick.summary())
             next_tick += interval
         if progress is not None and t - last_progress >= 60.0:
@@ -113,10 +116,10 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
             last_progress = t
         if (all(c.finished for c in clusters.values()) and t >= last_arrival) or t >= horizon:
             break
-    replays = {n: _finish(n, c, actuators[n], timelines[n], targets[n], decisions[n], traces[n])
+    replays = {n: _finish(n, c, actuators[n], timelines[n], targets[n], decisions[n], traces[n], warmup_s)
                for n, c in clusters.items()}
     return FleetReplay("fleet" if shared else "unshared", budget if shared else None, replays, fleet_rows, ticks,
-                       clamped, starts, cold)
+                       clamped, starts, cold, warmup_s)
 
 
 def _fitted_initial(fleet: Fleet, initial: Mapping[str, dict[str, int]], budget: int) -> dict[str, dict[str, int]]:
@@ -152,12 +155,14 @@ def _fleet_row(t: float, clusters: Mapping[str, Cluster], timelines: dict[str, l
 
 
 def _finish(name: str, cluster: Cluster, actuator: SimActuator, timeline: list[dict[str, float]],
-            targets: list[tuple[float, dict[str, int]]], decisions: list[Decision], trace: RequestTrace) -> Replay:
+            targets: list[tuple[float, dict[str, int]]], decisions: list[Decision], trace: RequestTrace,
+            score_from_s: float) -> Replay:
     cluster.fail_unfinished()
     res = cluster.results()
     fin = res["finish_s"]
     last_arrival = float(trace.arrival_s[-1]) if len(trace) else 0.0
     end_s = max(last_arrival, float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0)
-    return Replay(name, res, timeline, cluster.gpu_seconds(end_s) / 3600.0, end_s, actuator.changes, targets,
-                  cluster.failed_count, decisions)
+    gpu_s = cluster.gpu_seconds(end_s) - cluster.gpu_seconds(min(score_from_s, end_s))
+    return Replay(name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets, cluster.failed_count,
+                  decisions, score_from_s)
 
