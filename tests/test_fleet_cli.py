@@ -129,3 +129,54 @@ def test_backtest_fleet_rejects_bad_traces(fleet_path: Path, tmp_path: Path, arg
 def test_backtest_without_policy_or_fleet_says_what_is_missing(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     rc = run(["backtest", "--trace", str(TRACE), "--out", str(tmp_path / "o")])
     assert rc == 2 and "--policy: required (or --fleet)" in capsys.readouterr().err
+
+
+def _model_csv(path: Path, rows: list[tuple[float, int, int, str]]) -> Path:
+    path.write_text("ts,in,out,model\n" + "".join(f"{t},{i},{o},{m}\n" for t, i, o, m in rows))
+    return path
+
+
+COLS = "arrival=ts,isl=in,osl=out,model=model"
+
+
+def test_one_trace_is_split_by_its_model_column_keeping_the_time_origin(tmp_path: Path) -> None:
+    from planner.commands.fleet_backtest import split_by_model
+
+    rows = [(0.0, 100, 10, "a"), (2.5, 200, 20, "b"), (4.0, 300, 30, "a"), (9.0, 400, 40, "b")]
+    traces = split_by_model(_model_csv(tmp_path / "t.csv", rows), "csv", dict(x.split("=") for x in COLS.split(",")),
+                            ("a", "b"))
+    assert traces["a"].arrival_s.tolist() == [0.0, 4.0] and traces["a"].isl.tolist() == [100, 300]
+    assert traces["b"].arrival_s.tolist() == [2.5, 9.0]  # b's first request stays 2.5 s after the file's first
+
+
+@pytest.mark.slow
+def test_backtest_fleet_from_one_trace_with_a_model_column(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    path = write_fleet(tmp_path, [member("chat", 10), member("batch", 0)], max_gpus=12)
+    rows = [(i * 0.25, 800 + (i % 7) * 50, 100 + (i % 5) * 20, "chat" if i % 3 else "batch") for i in range(1600)]
+    trace = _model_csv(tmp_path / "mixed.csv", rows)
+    out = tmp_path / "out"
+    rc = run(["backtest", "--fleet", str(path), "--trace", str(trace), "--format", "csv", "--columns", COLS,
+              "--out", str(out)])
+    report = json.loads((out / "report.json").read_text())
+    assert rc == 0, capsys.readouterr().err
+    assert report["policies"]["chat"]["requests"] == sum(1 for r in rows if r[3] == "chat")
+    assert report["policies"]["batch"]["requests"] == sum(1 for r in rows if r[3] == "batch")
+
+
+@pytest.mark.parametrize(("rows", "extra", "needle"), [
+    pytest.param([(0.0, 100, 10, "chat")], [], "no request of model batch, code", id="model-missing"),
+    pytest.param([(0.0, 100, 10, "chat")], ["--format", "azure"], "needs --format csv or jsonl", id="format"),
+])
+def test_backtest_fleet_model_column_errors(fleet_path: Path, tmp_path: Path, rows: list, extra: list[str],
+                                            needle: str, capsys) -> None:  # noqa: ANN001
+    trace = _model_csv(tmp_path / "m.csv", rows)
+    rc = run(["backtest", "--fleet", str(fleet_path), "--trace", str(trace), "--format", "csv", "--columns", COLS,
+              *extra, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and "Traceback" not in err
+
+
+def test_model_column_is_only_for_a_fleet(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    rc = run(["backtest", "--trace", str(TRACE), "--policy", "p.yaml", "--profile", "x.json", "--columns", COLS,
+              "--out", str(tmp_path / "o")])
+    assert rc == 2 and "--columns model=...: only with --fleet" in capsys.readouterr().err

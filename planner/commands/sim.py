@@ -33,7 +33,8 @@ FRONTIER_HELP = ("also sweep each policy's headroom knob (planner: forecast quan
 ORACLE_INTERVAL_HELP = "deprecated: the offline schedule replaced the per-interval oracle; ignored"
 
 
-TRACE_HELP = "trace file; with --fleet, POLICY=FILE once per policy of the fleet"
+TRACE_HELP = ("trace file; with --fleet, POLICY=FILE once per policy of the fleet, or one csv/jsonl file split by "
+              "its model column (--columns ...,model=COL)")
 FLEET_HELP = ("fleet YAML: replay every policy on its own trace (--trace POLICY=FILE) under one GPU budget, against "
               "the same planners without it and static pools at each model's peak")
 
@@ -88,6 +89,8 @@ def backtest_cmd(
                        scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s, startup_s=startup_s,
                        kill=kill, no_plots=no_plots)
         return
+    if "model=" in (columns or ""):
+        raise UserError("--columns model=...: only with --fleet (it splits one trace among the fleet's policies)")
     missing = [flag for flag, v in (("--policy", policy), ("--profile", profile)) if v is None]
     if missing:
         raise UserError(f"{missing[0]}: required (or --fleet)")
