@@ -47,7 +47,7 @@ def test_a_full_sparse_model_is_busy_8_minutes_in_30() -> None:
 
 def test_a_budget_below_the_floors_is_refused(capsys) -> None:  # noqa: ANN001
     rc = run(["bench", "fleet", "--quick", "--budget-gpus", "10"])
-    assert rc == 2 and "--budget-gpus 10: below the models' floors" in capsys.readouterr().err
+    assert rc == 2 and "--budget-gpus: 10 is below the models' floors" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -80,3 +80,9 @@ def test_budget_exactly_the_floors_loads(tmp_path: Path) -> None:
     floors = sum(m.floor_gpus for m in fleet.members)
     path = _edit(tmp_path / "fleet.yaml", budget={"max_gpus": floors})
     assert load_fleet(path).max_gpus == floors
+
+
+def test_the_shipped_example_fleet_loads() -> None:
+    fleet = load_fleet(Path(__file__).resolve().parents[1] / "fleets" / "example.yaml")
+    assert len(fleet.members) == 3 and fleet.max_gpus >= sum(m.floor_gpus for m in fleet.members)
+    assert sorted(m.priority for m in fleet.members) == [0, 5, 10]

@@ -104,6 +104,6 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
         traces[m.name] = model_trace(m, folder, length, seed + i, QUICK_PERIOD_S if quick else PERIOD_S)
     floors = sum(mem.floor_gpus for mem in members)
     if budget_gpus < floors:
-        raise UserError(f"--budget-gpus {budget_gpus}: below the models' floors ({floors} GPUs)")
+        raise UserError(f"budget_gpus: {budget_gpus} is below the models' floors ({floors} GPUs)", key="budget_gpus")
     return Fleet("bench fleet", FleetBudget(max_gpus=budget_gpus, gpu_cost_per_hour={"h200": 3.5}),
                  tuple(members)), traces

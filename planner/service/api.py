@@ -180,7 +180,7 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
     async def fleet_state() -> dict[str, Any]:
         """The fleet's budget and its last tick: per policy GPUs wanted vs granted and the reason it got less."""
         if fleet is None:
-            raise HTTPException(404, "this controller runs no fleet (planner run --fleet fleet.yaml)")
+            raise HTTPException(404, "this controller runs no fleet (it was started without a fleet file)")
         return dict(fleet.summary())
 
     @app.post("/v1/plan", response_model=PlanResponse, tags=["api"], dependencies=[Depends(bearer_guard(token))],
