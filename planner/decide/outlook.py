@@ -40,6 +40,8 @@ class Outlook:
     def pressure(self, pool: Pool, replicas: int) -> float:
         """Predicted latency over its target at ``replicas`` (> 1: the pool misses its SLA; inf: its queue
         grows without bound). The larger of TTFT and ITL for an aggregated pool."""
+        if replicas <= 0 and self.demand.zero:
+            return 0.0  # no traffic: a pool at zero misses nothing
         ttft, itl = self.predicted(pool, replicas)
         ratios = [v / t for v, t in ((ttft, self.spec.model.ttft_target_ms), (itl, self.spec.model.itl_target_ms))
                   if v is not None]
