@@ -150,8 +150,8 @@ class Policy(_Strict):
     sla: SLA = Field(default_factory=SLA)
     interval_s: float = Field(30.0, ge=1.0, le=3600.0)
     startup_s: float = Field(120.0, ge=0.0, le=7200.0)
-    # Pools at min_replicas 0 go to zero only after this long of zero traffic (measured and forecast); a
-    # replica's start-up is paid again by the first request after it (README, "Scale to zero").
+    # Pools at min_replicas 0 go to zero once no request was measured for this long; the first request after
+    # it waits for a replica's start-up (decide/decider.py, stage 7).
     scale_to_zero_after_s: float = Field(600.0, ge=0.0, le=86400.0)
     pools: Pools
     budget: Budget = Field(default_factory=Budget)

@@ -300,7 +300,7 @@ class Reason(StrEnum):
     FLEET_PRIORITY = "fleet_priority"  # the fleet's budget went to a higher-priority policy first
     FLEET_SHARE = "fleet_share"  # the fleet's budget was shared with policies of equal priority
     IDLE_WINDOW = "idle_window"  # min_replicas 0: one replica kept until idle for scale_to_zero_after_s
-    WAKE_TOGETHER = "wake_together"  # min_replicas 0: a pool woken because its partner pool is awake
+    WAKE_TOGETHER = "wake_together"  # min_replicas 0: traffic seen, every pool has at least one replica
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,9 @@ def model_trace(m: FleetModel, traces_dir: Path, length_s: float, seed: int, per
 
 
 def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus: int = BUDGET_GPUS,
-                seed: int = 0) -> tuple[Fleet, dict[str, RequestTrace]]:
-    """The fleet and its traces (one per model)."""
+                seed: int = 0, zero: bool = True) -> tuple[Fleet, dict[str, RequestTrace]]:
+    """The fleet and its traces (one per model); ``zero``: the sparse models scale to zero (min_replicas 0,
+    the example's scale_to_zero_after_s) between their busy windows."""
     folder = traces_dir or default_traces_dir()
     if folder is None or not all((folder / f).exists() for f in (CONV, CODE)):
         raise UserError(f"traces: {CONV} and {CODE} are needed under {folder or 'shared/traces'}; pass the folder "
@@ -99,8 +100,11 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
         if m.code and code is None:
             code = analytical("qwen3-32b", policy, isl=7437, osl=28, grid=None)
         profile = code if m.code and code is not None else shipped
-        members.append(FleetMember(policy.model_copy(update={"name": m.name}), profile, m.priority,
-                                   EXAMPLE_POLICY))
+        own = policy.model_copy(update={"name": m.name})
+        if m.busy_phase is not None and zero:  # sparse models sleep between their busy windows
+            own = type(policy).model_validate({**own.model_dump(by_alias=True), "pools": {
+                p: {**own.pool(p).model_dump(by_alias=True), "min_replicas": 0} for p in own.pool_names()}})
+        members.append(FleetMember(own, profile, m.priority, EXAMPLE_POLICY))
         traces[m.name] = model_trace(m, folder, length, seed + i, QUICK_PERIOD_S if quick else PERIOD_S)
     floors = sum(mem.floor_gpus for mem in members)
     if budget_gpus < floors:

@@ -266,6 +266,8 @@ def bench_fleet_cmd(
     budget_gpus: Annotated[int | None, typer.Option("--budget-gpus", help="the fleet's GPU budget (default: "
                                                      "the benchmark's, sized to bind during the burst)")] = None,
     seed: Annotated[int, typer.Option(help="seed of the models' trace draws")] = 0,
+    zero: Annotated[bool, typer.Option("--zero/--no-zero", help="the sparse models scale to zero between their "
+                                       "busy windows (min_replicas 0)")] = True,
 ) -> None:
     """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones): per model
     attainment and GPU-hours, the fleet's GPU-hours and peak against its budget, against the same planners
@@ -279,7 +281,7 @@ def bench_fleet_cmd(
 
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
-    fleet, model_traces = bench_fleet(quick, traces, BUDGET_GPUS if budget_gpus is None else budget_gpus, seed)
+    fleet, model_traces = bench_fleet(quick, traces, BUDGET_GPUS if budget_gpus is None else budget_gpus, seed, zero)
     console = Console()
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
@@ -289,7 +291,8 @@ def bench_fleet_cmd(
     report["models"] = {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale, "sparse": m.busy_phase is not None,
                                  "burst": m.burst, "code_profile": m.code} for m in MODELS}
     report["command"] = " ".join(["planner bench fleet", *(["--quick"] if quick else []),
-                                  *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}"])
+                                  *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
+                                  *([] if zero else ["--no-zero"])])
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))

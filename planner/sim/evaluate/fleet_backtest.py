@@ -14,6 +14,7 @@ and against one static pool per model sized at its peak (report contract: ``repo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -53,7 +54,8 @@ def run_fleet_backtest(fleet: Fleet, traces: Mapping[str, RequestTrace], *, star
                        progress: Callable[[str, float, float], None] | None = None) -> FleetBacktest:
     """The fleet, and (``compare``) the comparisons; the first ``warmup_s`` of every trace run unscored."""
     shared = fleet_replay(fleet, traces, startup_s=startup_s, kill=kill, warmup_s=warmup_s, progress=progress)
-    report: dict = {"warmup_s": warmup_s, "fleet": _fleet_section(fleet, shared), "policies": _policies(fleet, shared, traces),
+    report: dict = {"warmup_s": warmup_s, "fleet": _fleet_section(fleet, shared),
+                    "policies": _policies(fleet, shared, traces, startup_s),
                     "traces": {n: t.summary() for n, t in traces.items()}}
     unshared = None
     if compare:
@@ -76,15 +78,28 @@ def _fleet_section(fleet: Fleet, run: FleetReplay) -> dict:
     return out
 
 
-def _policies(fleet: Fleet, run: FleetReplay, traces: Mapping[str, RequestTrace]) -> dict:
+def _policies(fleet: Fleet, run: FleetReplay, traces: Mapping[str, RequestTrace], startup_s: float | None) -> dict:
     out = {}
     for m in fleet.members:
         s = summarise(run.replays[m.name], m.policy, traces[m.name].duration_s)
         s["priority"] = m.priority
         s["sla_met"] = _met(s, m.policy.sla.percentile)
         s["clamped_ticks"] = run.clamped_ticks[m.name]
+        cold = run.cold_ttft_ms(m.name, m.policy.startup_s if startup_s is None else startup_s)
+        wakes = [w for _, w in (run.asleep or {}).get(m.name, []) if w >= run.score_from_s]
+        finite = [x for x in cold if math.isfinite(x)]
+        s["cold_starts"] = {"wakes": len(wakes), "requests": len(cold), "failed": len(cold) - len(finite),
+                            "ttft_ms_p50": _pct(finite, 50), "ttft_ms_p95": _pct(finite, 95),
+                            "met_ttft": (round(sum(x <= m.policy.sla.ttft_ms for x in finite) / len(cold), 5)
+                                         if cold else None)}
         out[m.name] = s
     return out
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    import numpy as np
+
+    return round(float(np.percentile(values, q)), 1) if values else None
 
 
 def _met(scores: Mapping, percentile: float) -> bool | None:
@@ -155,13 +170,15 @@ def fleet_markdown(report: dict) -> str:
              f"Budget {f['budget_gpus']} GPUs; peak {f['max_gpus_used']:g} used, {f['max_gpus_granted']:g} granted; "
              f"{f['gpu_hours']:.2f} GPU-h; the budget bound on {f['binding_ticks']} ticks; cold starts "
              f"{f['cold_starts']}" + (f"; cost {f['cost']:,.2f}" if "cost" in f else ""), "",
-             "| policy | priority | requests | attainment | SLA met | GPU-h | clamped ticks | failed |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| policy | priority | requests | attainment | SLA met | GPU-h | clamped ticks | failed | wakes | "
+             "cold TTFT p95 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, p in report["policies"].items():
         att = p["attainment_joint"]
         lines.append(f"| {name} | {p['priority']} | {p['requests']} | {'-' if att is None else f'{att:.2%}'} | "
                      f"{_yes(p['sla_met'])} | {p['gpu_hours']:.2f} | {p['clamped_ticks']} | "
-                     f"{p['failed_requests']} |")
+                     f"{p['failed_requests']} | {p['cold_starts']['wakes']} | "
+                     f"{'-' if p['cold_starts']['ttft_ms_p95'] is None else p['cold_starts']['ttft_ms_p95']} |")
     comp = report.get("comparisons")
     if comp:
         lines += ["", "| run | GPU-h | peak GPUs | policies meeting their SLA |", "|---|---|---|---|",

@@ -43,8 +43,20 @@ class FleetReplay:
     ticks: list[dict]  # FleetTick.summary() of each tick where the budget bound
     clamped_ticks: dict[str, int]  # per policy, ticks it was granted less than it decided
     replica_starts: int  # replicas added over the run (every policy, every pool)
-    cold_starts: int  # pools started from zero replicas
+    cold_starts: int  # policies woken from zero replicas (every pool at zero, then one with a replica)
     score_from_s: float = 0.0  # the warm-up before it is not scored (nor counted above)
+    asleep: dict[str, list[tuple[float, float]]] | None = None  # per policy (went to zero at, woke at) each time
+
+    def cold_ttft_ms(self, name: str, startup_s: float) -> list[float]:
+        """TTFTs (ms; failed requests as inf) of the requests that met a cold start: those that arrived while the
+        policy was at zero, or before the replicas it woke had started."""
+        rep = self.replays[name]
+        arrival, ttft, failed = rep.results["arrival_s"], rep.results["ttft_s"], rep.results["failed"]
+        out: list[float] = []
+        for slept, woke in (self.asleep or {}).get(name, []):
+            hit = (arrival >= slept) & (arrival < woke + startup_s) & (arrival >= self.score_from_s)
+            out += [math.inf if f else float(x) * 1e3 for x, f in zip(ttft[hit], failed[hit], strict=True)]
+        return out
 
     @property
     def gpu_hours(self) -> float:
@@ -87,6 +99,9 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     ticks: list[dict] = []
     clamped = dict.fromkeys(clusters, 0)
     starts, cold = 0, 0
+    asleep: dict[str, list[tuple[float, float]]] = {n: [] for n in clusters}
+    slept_at: dict[str, float | None] = {n: (0.0 if not any(v > 0 for v in initial[n].values()) else None)
+                                         for n in clusters}
     next_tick, next_sample, last_progress = interval, 0.0, -math.inf
     while True:
         t = min(next_tick, next_sample)
@@ -102,8 +117,13 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
                 new = d.targets()
                 scored = t >= warmup_s
                 starts += scored * sum(max(0, n - granted[name].get(p, 0)) for p, n in new.items())
-                cold += scored * sum(1 for p, n in new.items() if n > 0 and granted[name].get(p, 0) == 0)
                 actuators[name].apply(new)
+                if not any(n > 0 for n in new.values()) and slept_at[name] is None:
+                    slept_at[name] = t
+                elif any(n > 0 for n in new.values()) and slept_at[name] is not None:
+                    asleep[name].append((slept_at[name], t))  # type: ignore[arg-type]
+                    slept_at[name] = None
+                    cold += scored
                 granted[name] = {**granted[name], **new}
                 decisions[name].append(d)
                 targets[name].append((t, dict(new)))
@@ -119,7 +139,7 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     replays = {n: _finish(n, c, actuators[n], timelines[n], targets[n], decisions[n], traces[n], warmup_s)
                for n, c in clusters.items()}
     return FleetReplay("fleet" if shared else "unshared", budget if shared else None, replays, fleet_rows, ticks,
-                       clamped, starts, cold, warmup_s)
+                       clamped, starts, cold, warmup_s, asleep)
 
 
 def _fitted_initial(fleet: Fleet, initial: Mapping[str, dict[str, int]], budget: int) -> dict[str, dict[str, int]]:
