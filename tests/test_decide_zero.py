@@ -73,3 +73,13 @@ def test_one_pool_alone_at_zero_is_refused(pools: dict, message: str) -> None:
 def test_scale_to_zero_after_s_is_bounded() -> None:
     with pytest.raises(UserError, match="scale_to_zero_after_s"):
         policy(scale_to_zero_after_s=-1)
+
+
+def test_keda_renders_min_replica_count_zero_with_an_activation_threshold() -> None:
+    from planner.requests.scalers import scaled_object
+    from planner.types import Pool
+
+    so = scaled_object(policy(**ZERO), Pool.DECODE)
+    assert so["spec"]["minReplicaCount"] == 0
+    trigger = so["spec"]["triggers"][0]["metadata"]
+    assert trigger["activationTargetValue"] == "0" and trigger["targetValue"] == "1"  # desired >= 1 wakes it
