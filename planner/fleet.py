@@ -113,7 +113,7 @@ def policy_ask(name: str, priority: int, policy: Policy, decision: Decision, bef
         before_pool = before.pool(pool) if before is not None else None
         pools[pool] = PoolAsk(pd.replicas, pd.gpus_per_replica, floor, costs,
                               before_pool.target if before_pool is not None else None)
-    return PolicyAsk(name, priority, pools)
+    return PolicyAsk(name, priority, pools, together=policy.scales_to_zero())
 
 
 def plan_fleet(fleet: Fleet, loads: Mapping[str, tuple[float, float, float]]) -> FleetTick:

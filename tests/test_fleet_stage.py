@@ -89,6 +89,14 @@ def test_a_policy_with_no_pool_known_is_still_in_the_fit() -> None:
     assert dict(fit.granted["unknown"]) == {} and fit.granted_gpus["unknown"] == 0 and fit.granted["a"]["aggregated"] == 2
 
 
+def test_a_sleeping_policy_is_never_woken_half() -> None:
+    pools = {"prefill": PoolAsk(2, 1, 0, (5.0, 1.0)), "decode": PoolAsk(1, 2, 0, (5.0,))}
+    tight = fit_fleet([PolicyAsk("z", 0, pools, together=True), ask("a", 0, agg(3))], 3)
+    assert dict(tight.granted["z"]) == {"prefill": 0, "decode": 0}  # 1 prefill alone would fit; not alone
+    room = fit_fleet([PolicyAsk("z", 0, pools, together=True), ask("a", 0, agg(3))], 4)
+    assert dict(room.granted["z"]) == {"prefill": 1, "decode": 1} and room.granted["a"]["aggregated"] == 1
+
+
 def test_shrinking_policies_are_applied_first() -> None:
     fit = fit_fleet([ask("a-grows", 0, agg(8, current=4)), ask("b-shrinks", 0, agg(6, current=10)),
                      ask("c-new", 0, agg(1))], 20)

@@ -74,6 +74,7 @@ class PolicyAsk:
     name: str
     priority: int
     pools: Mapping[str, PoolAsk]
+    together: bool = False  # its pools sleep and wake together (scale to zero): none of them woken alone
 
     @property
     def wanted_gpus(self) -> int:
@@ -116,6 +117,7 @@ def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
     keys = [(a.name, pool) for a in asks for pool in a.pools]
     ask = {(a.name, pool): p for a in asks for pool, p in a.pools.items()}
     priority = {a.name: a.priority for a in asks}
+    groups = {a.name: [(a.name, p) for p in a.pools] for a in asks if a.together}
     granted = {k: ask[k].floor for k in keys}
     reasons: dict[str, dict[str, tuple[Reason, ...]]] = {}
     if sum(a.wanted_gpus for a in asks) <= max_gpus:
@@ -127,7 +129,7 @@ def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
             members = [k for k in keys if priority[k[0]] == level]
             need = sum((ask[k].wanted - ask[k].floor) * ask[k].gpus_per_replica for k in members)
             lost_to_higher = need <= max_gpus - floors_gpus
-            left = _share(members, ask, granted, left)
+            left = _share(members, ask, granted, left, groups)
             for name, pool in members:
                 if granted[(name, pool)] < ask[(name, pool)].wanted:
                     why = Reason.FLEET_PRIORITY if lost_to_higher else Reason.FLEET_SHARE
@@ -141,11 +143,16 @@ def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
 
 
 def _share(members: list[tuple[str, str]], ask: Mapping[tuple[str, str], PoolAsk],
-           granted: dict[tuple[str, str], int], left: int) -> int:
+           granted: dict[tuple[str, str], int], left: int, groups: Mapping[str, list[tuple[str, str]]]) -> int:
     """Grant ``members`` (one priority level) replicas one at a time by the marginal SLA cost of a GPU;
-    returns the GPUs left."""
+    returns the GPUs left. A sleeping policy whose pools wake together gets one replica of each at once."""
+    def waking(k: tuple[str, str]) -> list[tuple[str, str]]:
+        group = groups.get(k[0], [])
+        return [g for g in group if ask[g].wanted > 0] if group and all(granted[g] == 0 for g in group) else [k]
+
     while True:
-        open_ = sorted(k for k in members if granted[k] < ask[k].wanted and ask[k].gpus_per_replica <= left)
+        open_ = sorted(k for k in members if granted[k] < ask[k].wanted
+                       and sum(ask[g].gpus_per_replica for g in waking(k)) <= left)
         if not open_:
             return left
 
@@ -154,8 +161,9 @@ def _share(members: list[tuple[str, str]], ask: Mapping[tuple[str, str], PoolAsk
             return (a.cost(granted[k]), (a.wanted - granted[k]) / max(1, a.wanted))
 
         pick = max(open_, key=rank)  # the first in name order among equals
-        granted[pick] += 1
-        left -= ask[pick].gpus_per_replica
+        for k in waking(pick):
+            granted[k] += 1
+            left -= ask[k].gpus_per_replica
 
 
 def _order(asks: Sequence[PolicyAsk], granted_gpus: Mapping[str, int]) -> tuple[str, ...]:
