@@ -150,6 +150,9 @@ class Policy(_Strict):
     sla: SLA = Field(default_factory=SLA)
     interval_s: float = Field(30.0, ge=1.0, le=3600.0)
     startup_s: float = Field(120.0, ge=0.0, le=7200.0)
+    # Pools at min_replicas 0 go to zero once no request was measured for this long; the first request after
+    # it waits for a replica's start-up (decide/decider.py, stage 7).
+    scale_to_zero_after_s: float = Field(600.0, ge=0.0, le=86400.0)
     pools: Pools
     budget: Budget = Field(default_factory=Budget)
     kv_link: KVLink = Field(default_factory=KVLink)
@@ -170,6 +173,18 @@ class Policy(_Strict):
         if missing:
             raise ValueError(f"mode {self.mode.value} needs pools.{' and pools.'.join(missing)}")
         return self
+
+    @model_validator(mode="after")
+    def _zero_together(self) -> Policy:
+        if self.mode is Mode.DISAGGREGATED and self.pools.prefill is not None and self.pools.decode is not None:
+            pre, dec = self.pools.prefill.min_replicas, self.pools.decode.min_replicas
+            if (pre == 0) != (dec == 0):
+                raise ValueError(f"pools.prefill.min_replicas {pre} and pools.decode.min_replicas {dec}: prefill and "
+                                 "decode go to zero together and wake together; set both to 0 or neither")
+        return self
+
+    def scales_to_zero(self) -> bool:
+        return all(self.pool(p).min_replicas == 0 for p in self.pool_names())
 
     def pool_names(self) -> tuple[Pool, ...]:
         return self.mode.pools

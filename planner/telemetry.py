@@ -115,6 +115,20 @@ class PlannerMetrics:
                                     "against (95: p95).", ["policy"], registry=r)
         self.actuation_conflicts = Counter("planner_actuation_conflicts", "Scale writes answered 409 Conflict "
                                            "(re-read before writing again).", pp, registry=r)
+        self._define_fleet(r)
+
+    def _define_fleet(self, r: CollectorRegistry) -> None:
+        """`planner run --fleet`: what each policy asked of the shared GPU budget and what it was granted."""
+        self.fleet_budget_gpus = Gauge("planner_fleet_budget_gpus", "The fleet's GPU budget (fleet.yaml "
+                                       "budget.max_gpus).", registry=r)
+        self.fleet_gpus = Gauge("planner_fleet_gpus", "The fleet's GPUs: state wanted (what the policies decided "
+                                "alone), granted (after the fleet stage) or in_use (ready replicas observed).",
+                                ["state"], registry=r)
+        self.fleet_policy_gpus = Gauge("planner_fleet_policy_gpus", "One policy's GPUs in the fleet: state wanted "
+                                       "or granted.", ["policy", "state"], registry=r)
+        self.fleet_clamp = Gauge("planner_fleet_clamp", "1 while the fleet grants the policy fewer GPUs than it "
+                                 "decided, labelled by why (fleet_priority or fleet_share); absent otherwise.",
+                                 ["policy", "reason"], registry=r)
 
     def family_names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.registry.collect())
@@ -272,6 +286,22 @@ def record_sla(metrics: PlannerMetrics, policy: str, ttft_ms: float, itl_ms: flo
     metrics.sla_seconds.labels(policy=policy, signal="ttft").set(ttft_ms * 1e-3)
     metrics.sla_seconds.labels(policy=policy, signal="itl").set(itl_ms * 1e-3)
     metrics.sla_percentile.labels(policy=policy).set(percentile)
+
+
+def record_fleet(metrics: PlannerMetrics, budget_gpus: int, wanted: Mapping[str, int], granted: Mapping[str, int],
+                 reasons: Mapping[str, Reason | None], in_use_gpus: float | None) -> None:
+    """Export one fleet tick: the budget, the fleet's GPUs wanted/granted/in use, and per policy wanted vs
+    granted with the reason it got less (the reason's series is removed when it got all it asked for)."""
+    metrics.fleet_budget_gpus.set(budget_gpus)
+    metrics.fleet_gpus.labels(state="wanted").set(sum(wanted.values()))
+    metrics.fleet_gpus.labels(state="granted").set(sum(granted.values()))
+    _set(metrics.fleet_gpus, {"state": "in_use"}, in_use_gpus)
+    for policy in wanted:
+        metrics.fleet_policy_gpus.labels(policy=policy, state="wanted").set(wanted[policy])
+        metrics.fleet_policy_gpus.labels(policy=policy, state="granted").set(granted[policy])
+        for reason in (Reason.FLEET_PRIORITY, Reason.FLEET_SHARE):
+            _set(metrics.fleet_clamp, {"policy": policy, "reason": reason.value},
+                 1.0 if reasons.get(policy) is reason else None)
 
 
 def record_error(metrics: PlannerMetrics, policy: str, kind: str) -> None:

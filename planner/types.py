@@ -297,6 +297,10 @@ class Reason(StrEnum):
     BASELINE = "baseline"
     BUDGET_LEAN = "budget_lean"  # error budget healthy: sized at the lean quantile
     BUDGET_BURNING = "budget_burning"  # error budget burning fast or nearly spent: sized at forecast.quantile
+    FLEET_PRIORITY = "fleet_priority"  # the fleet's budget went to a higher-priority policy first
+    FLEET_SHARE = "fleet_share"  # the fleet's budget was shared with policies of equal priority
+    IDLE_WINDOW = "idle_window"  # min_replicas 0: one replica kept until idle for scale_to_zero_after_s
+    WAKE_TOGETHER = "wake_together"  # min_replicas 0: traffic seen, every pool has at least one replica
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,7 @@ OUT_ARGS = {
     ("forecast", "eval"): ["--series", "s.csv"],
     ("bench", "forecast"): ["--held-out"],
     ("bench", "suite"): ["--quick"],
+    ("bench", "fleet"): ["--quick"],
     ("bench", "seeds"): ["--seeds", "1"],
     ("bench", "fidelity"): ["--modes", "aggregated"],
 }

@@ -19,7 +19,7 @@ from planner.decide.error_budget import (
     sample_of,
 )
 from planner.errors import UserError
-from planner.policy_file import load_policy
+from planner.policy_file import PolicyFile, load_policy
 from planner.types import QUANTILES, Forecast, LoadForecast, Observation, Pool, Reason, SlaBudget
 from tests.support.decide_support import EXAMPLE, REPO, free_policy, observation, spec
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from planner.decide import PlannerState, decide
 from planner.decide.state import PoolMemory
+from planner.types import Reason
 from tests.support.decide_support import free_policy, load_forecast, observation, policy, spec
 
 FREE = free_policy()
@@ -45,18 +46,21 @@ limits = st.fixed_dictionaries({
 @given(lim=limits, loads=st.lists(rates, min_size=1, max_size=12), current=st.tuples(st.integers(0, 80),
                                                                                           st.integers(0, 40)))
 def test_floors_ceilings_and_budget_always_hold(lim, loads, current) -> None:
+    dmin = 0 if lim["pmin"] == 0 else max(1, lim["dmin"])  # prefill and decode go to zero together, or neither
     pol = policy(pools={"prefill": {"min_replicas": lim["pmin"], "max_replicas": max(1, lim["pmin"] + lim["pspan"])},
-                        "decode": {"min_replicas": lim["dmin"], "max_replicas": max(1, lim["dmin"] + lim["dspan"])}},
+                        "decode": {"min_replicas": dmin, "max_replicas": max(1, dmin + lim["dspan"])}},
                  budget={"max_gpus": lim["budget"]})
     state = PlannerState(pools={"prefill": PoolMemory(target=current[0]), "decode": PoolMemory(target=current[1])})
     built = spec(pol)
     for i, rate in enumerate(loads):
         d, state = decide(built, observation(i * 30.0, rate), load_forecast(rate), state, i * 30.0)
         floors_gpus = 0
+        # Scale to zero keeps one replica a pool while its idle window runs (or its partner is awake).
+        held = {Reason.IDLE_WINDOW, Reason.WAKE_TOGETHER} & set(d.reasons)
         for name in ("prefill", "decode"):
             bounds = pol.pool(name)
             assert bounds.min_replicas <= d.pools[name].replicas <= bounds.max_replicas
-            floors_gpus += bounds.min_replicas * d.pools[name].gpus_per_replica
+            floors_gpus += max(bounds.min_replicas, 1 if held else 0) * d.pools[name].gpus_per_replica
         if lim["budget"] is not None:
             # The budget holds unless the floors alone exceed it (floors are a promise to the operator).
             assert d.gpus <= max(lim["budget"], floors_gpus)

@@ -174,5 +174,6 @@ def test_bench_harnesses_live_in_planner_bench() -> None:
     from planner.cli import bench_app
 
     names = {c.name for c in bench_app.registered_commands}
-    assert names == {"profile", "sim", "decide", "forecast", "observe", "suite", "seeds", "endpoint", "fidelity"}
+    assert names == {"profile", "sim", "decide", "forecast", "observe", "suite", "seeds", "endpoint", "fidelity",
+                     "fleet"}
     assert {f"planner.bench.{n}" for n in names} <= set(MODULES)

@@ -51,15 +51,15 @@ def parse_models(text: str | None) -> list[str]:
 
 
 def parse_columns(text: str | None) -> dict[str, str] | None:
-    """``--columns arrival=ts,isl=in,osl=out[,time_unit=ms]`` -> dict."""
+    """``--columns arrival=ts,isl=in,osl=out[,time_unit=ms][,model=name]`` -> dict (model: with --fleet only)."""
     if not text:
         return None
     out: dict[str, str] = {}
     for item in text.split(","):
         if "=" not in item:
-            raise UserError(f"--columns: {item!r} is not key=value (keys: arrival, isl, osl, time_unit)")
+            raise UserError(f"--columns: {item!r} is not key=value (keys: arrival, isl, osl, time_unit, model)")
         k, v = item.split("=", 1)
-        if k.strip() not in ("arrival", "isl", "osl", "time_unit"):
-            raise UserError(f"--columns: unknown key {k.strip()!r}; allowed: arrival, isl, osl, time_unit")
+        if k.strip() not in ("arrival", "isl", "osl", "time_unit", "model"):
+            raise UserError(f"--columns: unknown key {k.strip()!r}; allowed: arrival, isl, osl, time_unit, model")
         out[k.strip()] = v.strip()
     return out

@@ -268,7 +268,51 @@ def bench_fidelity(
     console.print(f"wrote {out}")
 
 
+def bench_fleet_cmd(
+    quick: Annotated[bool, typer.Option("--quick", help="20 minutes of trace instead of an hour (CI)")] = False,
+    traces: Annotated[Path | None, typer.Option(help=TRACES_HELP)] = None,
+    out: Annotated[Path, typer.Option(help="output folder: report.json and report.md")] = Path("out/fleet"),
+    budget_gpus: Annotated[int | None, typer.Option("--budget-gpus", help="the fleet's GPU budget (default: "
+                                                     "the benchmark's, sized to bind during the burst)")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the models' trace draws")] = 0,
+    zero: Annotated[bool, typer.Option("--zero/--no-zero", help="the sparse models scale to zero between their "
+                                       "busy windows (min_replicas 0)")] = True,
+) -> None:
+    """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones): per model
+    attainment and GPU-hours, the fleet's GPU-hours and peak against its budget, against the same planners
+    without a shared budget and static pools at each model's peak; writes report.json."""
+    import json
+    import time
+
+    from planner.bench.fleet import BUDGET_GPUS, MODELS, QUICK_WARMUP_S, WARMUP_S, bench_fleet
+    from planner.commands.progress import phase_progress
+    from planner.sim.evaluate.fleet_backtest import fleet_markdown, run_fleet_backtest
+
+    if traces is not None and not traces.is_dir():
+        raise UserError(f"--traces: {traces} is not a folder")
+    fleet, model_traces = bench_fleet(quick, traces, BUDGET_GPUS if budget_gpus is None else budget_gpus, seed, zero)
+    console = Console()
+    t0 = time.perf_counter()
+    with phase_progress(console) as progress:
+        result = run_fleet_backtest(fleet, model_traces, warmup_s=QUICK_WARMUP_S if quick else WARMUP_S,
+                                    progress=progress)
+    report = result.report
+    report["models"] = {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale, "sparse": m.busy_phase is not None,
+                                 "burst": m.burst, "code_profile": m.code} for m in MODELS}
+    report["command"] = " ".join(["planner bench fleet", *(["--quick"] if quick else []),
+                                  *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
+                                  *([] if zero else ["--no-zero"])])
+    report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    md = fleet_markdown(report)
+    (out / "report.md").write_text(md)
+    console.print(md, markup=False, highlight=False)
+    console.print(f"wrote {out / 'report.json'}")
+
+
 def register(bench_app: typer.Typer) -> None:
+    bench_app.command("fleet")(bench_fleet_cmd)
     bench_app.command("profile")(bench_profile)
     bench_app.command("sim")(bench_sim)
     bench_app.command("decide")(bench_decide)

@@ -1,6 +1,6 @@
-"""`planner run`: the long-running controller (one control loop per --policy + /metrics, /healthz, /readyz,
-/v1/desired, /v1/policies, /v1/decisions, POST /v1/plan, the KEDA external scaler, optional leader
-election)."""
+"""`planner run`: the long-running controller (one control loop per --policy, or per policy of --fleet on one
+GPU budget, + /metrics, /healthz, /readyz, /v1/desired, /v1/policies, /v1/decisions, /v1/fleet, POST /v1/plan,
+the KEDA external scaler, optional leader election)."""
 
 from __future__ import annotations
 
@@ -63,8 +63,10 @@ def read_token(path: Path | None) -> str | None:
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
-        policy: Annotated[list[Path], typer.Option(help="policy YAML (policies/example.yaml documents every "
-                                                   "field); repeat to run several policies in one process")],
+        policy: Annotated[list[Path] | None, typer.Option(help="policy YAML (policies/example.yaml documents every "
+                                                          "field); repeat to run several policies in one process")] = None,
+        fleet: Annotated[Path | None, typer.Option(help="fleet YAML: its policies on one GPU budget, with "
+                                                   "priorities (instead of --policy)")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="decide and log, never scale anything")] = False,
         once: Annotated[bool, typer.Option("--once", help="one tick, print the decision as JSON, exit "
                                            "(no servers); non-zero when nothing could be applied")] = False,
@@ -97,7 +99,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the controller: every interval read Prometheus, decide, scale, export telemetry."""
         from planner.service.logs import setup_logging
-        from planner.service.runner import RunOptions, build_loops, serve
+        from planner.service.runner import RunOptions, build_fleet_loop, build_loops, serve
 
         level = _check_args(log_level, log_format, {"--port": port, "--grpc-port": grpc_port})
         timing = {"--lease-duration-s": lease_duration_s, "--renew-deadline-s": renew_deadline_s,
@@ -106,28 +108,55 @@ def register(app: typer.Typer) -> None:
         if given and not leader_elect:
             raise UserError(f"{given[0]}: only with --leader-elect (there is no Lease without it)")
         _check_metrics_url(metrics_url)
+        paths = _policy_paths(policy or [], fleet)
         token = read_token(api_token_file)
         setup_logging(level, log_format)
-        opts = RunOptions(policy[0], dry_run=dry_run, once=once, host=host, port=port, grpc_port=grpc_port,
+        opts = RunOptions(paths[0], dry_run=dry_run, once=once, host=host, port=port, grpc_port=grpc_port,
                           metrics_url=metrics_url, leader_elect=leader_elect, lease_name=lease_name,
-                          lease_namespace=lease_namespace, identity=identity, more_policies=tuple(policy[1:]),
-                          api_token=token, lease_duration_s=lease_duration_s, renew_deadline_s=renew_deadline_s,
-                          retry_period_s=retry_period_s)
+                          lease_namespace=lease_namespace, identity=identity, more_policies=tuple(paths[1:]),
+                          api_token=token, fleet_path=fleet, lease_duration_s=lease_duration_s,
+                          renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
         if not once:
             check_port_free("--port", host, port)
             check_port_free("--grpc-port", host, grpc_port)
             serve(opts)
             return
-        _report_once([_tick_once(loop) for loop in build_loops(opts)])
+        loops = build_loops(opts)
+        fleet_loop = build_fleet_loop(opts, loops)
+        if fleet_loop is None:
+            _report_once([_tick_once(loop) for loop in loops])
+            return
+        try:
+            results = fleet_loop.tick()
+        finally:
+            for loop in loops:
+                close = getattr(loop.actuator, "close", None)
+                if close is not None:
+                    close()
+        _report_once(results, fleet_loop.summary())
 
 
-def _report_once(results: list) -> None:  # list[service.loop.TickResult]
-    """Print the tick(s) as JSON; exit 1 when something could not be applied, 3 when there was no data
-    (as `planner observe` does), 0 otherwise."""
+def _policy_paths(policy: list[Path], fleet: Path | None) -> list[Path]:
+    """--policy (repeatable) or the fleet file's policies."""
+    if fleet is None:
+        if not policy:
+            raise UserError("--policy: required (or --fleet)")
+        return policy
+    if policy:
+        raise UserError("--fleet and --policy: give one (the fleet file names its policies)")
+    from planner.fleet_file import load_fleet
+
+    return [m.path for m in load_fleet(fleet).members]
+
+
+def _report_once(results: list, fleet: dict | None = None) -> None:  # list[service.loop.TickResult]
+    """Print the tick(s) as JSON (with --fleet: {"fleet": GET /v1/fleet's answer, "policies": [ticks]}); exit 1
+    when something could not be applied, 3 when there was no data (as `planner observe` does), 0 otherwise."""
     from planner.types import NoData
 
     out = [tick_json(r) for r in results]
-    out_console().print_json(json.dumps(out[0] if len(out) == 1 else out))
+    shown = {"fleet": fleet, "policies": out} if fleet is not None else out[0] if len(out) == 1 else out
+    out_console().print_json(json.dumps(shown))
     err = Console(stderr=True, highlight=False)
     failed = [r for r in results if r.error or not r.leader]
     for r in failed:

@@ -35,11 +35,19 @@ FRONTIER_HELP = ("also sweep each policy's headroom knob (planner: forecast quan
 ORACLE_INTERVAL_HELP = "deprecated: the offline schedule replaced the per-interval oracle; ignored"
 
 
+TRACE_HELP = ("trace file; with --fleet, POLICY=FILE once per policy of the fleet, or one csv/jsonl file split by "
+              "its model column (--columns ...,model=COL)")
+FLEET_HELP = ("fleet YAML: replay every policy on its own trace (--trace POLICY=FILE) under one GPU budget, against "
+              "the same planners without it and static pools at each model's peak")
+
+
 def backtest_cmd(
-    trace: Annotated[Path, typer.Option(help="trace file")],
-    profile: Annotated[Path, typer.Option(help="profile JSON")],
-    policy: Annotated[Path, typer.Option(help="policy YAML (the policy under test, reported as 'planner')")],
+    trace: Annotated[list[str], typer.Option(help=TRACE_HELP)],
     out: Annotated[Path, typer.Option(help="output directory (report.json, report.md, PNG plots)")],
+    profile: Annotated[Path | None, typer.Option(help="profile JSON (not with --fleet: each policy's own)")] = None,
+    policy: Annotated[Path | None, typer.Option(help="policy YAML (the policy under test, reported as "
+                                                "'planner')")] = None,
+    fleet: Annotated[Path | None, typer.Option(help=FLEET_HELP)] = None,
     format: Annotated[str, typer.Option("--format", help="azure | mooncake | servegen | csv | jsonl")] = "azure",
     columns: Annotated[str | None, typer.Option(help="csv/jsonl column mapping, e.g. "
                                                 "arrival=ts,isl=in,osl=out,time_unit=ms")] = None,
@@ -74,6 +82,39 @@ def backtest_cmd(
                                                  "of yesterday's peak (s)")] = 600.0,
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
+    if fleet is not None:
+        from planner.commands.fleet_backtest import fleet_backtest
+
+        unsupported = [flag for flag, given in (("--policy", policy is not None), ("--profile", profile is not None),
+                                                ("--frontier", frontier), ("--warmup-s", warmup_s != 0.0),
+                                                ("--yesterday", yesterday is not None),
+                                                ("--quantile", quantile is not None),
+                                                ("--forecaster", forecaster is not None)) if given]
+        if unsupported:
+            raise UserError(f"{unsupported[0]}: not with --fleet (the fleet file names each policy, and its profile)")
+        fleet_backtest(fleet, trace, out, format=format, columns=parse_columns(columns), rate_scale=rate_scale,
+                       scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s, startup_s=startup_s,
+                       kill=kill, no_plots=no_plots)
+        return
+    if "model=" in (columns or ""):
+        raise UserError("--columns model=...: only with --fleet (it splits one trace among the fleet's policies)")
+    missing = [flag for flag, v in (("--policy", policy), ("--profile", profile)) if v is None]
+    if missing:
+        raise UserError(f"{missing[0]}: required (or --fleet)")
+    if len(trace) != 1 or "=" in trace[0] and not Path(trace[0]).exists():
+        raise UserError(f"--trace: give one trace file (POLICY=FILE is for --fleet); got {', '.join(trace)}")
+    assert policy is not None and profile is not None
+    _backtest_one(Path(trace[0]), profile, policy, out, format, columns, rate_scale, scale_mode, startup_s, baselines,
+                  kill, seed, duration_s, start_s, forecaster, quantile, workers, offline_simulations, no_plots,
+                  dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s)
+
+
+def _backtest_one(trace: Path, profile: Path, policy: Path, out: Path, format: str, columns: str | None,
+                  rate_scale: float, scale_mode: str, startup_s: float | None, baselines: str, kill: bool, seed: int,
+                  duration_s: float | None, start_s: float | None, forecaster: str | None, quantile: float | None,
+                  workers: int | None, offline_simulations: int, no_plots: bool, dynamo_predictor: str,
+                  warmup_s: float, frontier: bool, oracle_interval_s: float | None, yesterday: Path | None,
+                  peak_window_s: float) -> None:
     from planner.profile import load_profile
     from planner.sim.evaluate.backtest import run_backtest
     from planner.sim.evaluate.frontier import offline_seed_quantiles

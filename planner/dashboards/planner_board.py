@@ -175,6 +175,24 @@ def _process_actuator() -> Row:
     ))
 
 
+def _fleet() -> Row:
+    return Row("Fleet (planner run --fleet)", (
+        Panel("Fleet GPUs vs budget", (
+            Query(sel(M.fleet_budget_gpus), "budget", needs="fleet"),
+            Query(sel(M.fleet_gpus), "{{state}}", needs="fleet"),
+        ), width=8, description="The fleet's GPU budget; what its policies decided alone (wanted), what the "
+                                "fleet stage granted, and the GPUs of the ready replicas."),
+        Panel("Granted vs wanted GPUs per policy", (
+            Query(sel(M.fleet_policy_gpus), "{{state}} {{policy}}", needs="fleet"),
+        ), width=10),
+        Panel("Clamped by the fleet", (
+            Query(sel(M.fleet_clamp), "{{reason}} {{policy}}", needs="fleet"),
+        ), width=6, description="1 while the fleet grants a policy fewer GPUs than it decided: fleet_priority "
+                                "(a higher priority took them) or fleet_share (its own priority asks for more "
+                                "than there is)."),
+    ))
+
+
 def _router() -> Row:
     return Row("Router (planner route)", (
         Panel("Requests by outcome", (
@@ -197,7 +215,7 @@ def board() -> Board:
     pool = f'label_values({series(M.desired_replicas)}{{policy=~"$policy"}}, pool)'
     return Board(UID, "Planner: SLA autoscaling (prefill / decode)",
                  (_load(), _replicas(), _latency(), _error_budget(), _decisions(), _signals(), _controller(),
-                  _process_actuator(), _router()),
+                  _process_actuator(), _router(), _fleet()),
                  (datasource_variable(), query_variable("policy", "Policy", policy),
                   query_variable("pool", "Pool", pool)),
                  tags=("planner", "llm", "autoscaling"), links=(board_link("Engines", "planner-engines"),))

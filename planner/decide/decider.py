@@ -26,6 +26,9 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
   5. Budget (decide/budget.py): when the pools together ask for more than ``budget.max_gpus``, the GPUs go
      to the pool under the most SLA pressure, floors first.
   6. Floors: whatever the stages above did, no pool leaves [min_replicas, max_replicas].
+  7. Scale to zero (every pool at min_replicas 0): all pools to zero once no request was measured for
+     ``scale_to_zero_after_s`` (reason zero_traffic), at least one replica each before that (idle_window) and
+     as soon as a request is seen again (wake_together): prefill and decode sleep and wake together.
 Every stage that changes a number records a Reason; the Decision carries replicas, reasons and the
 predicted TTFT/ITL at the chosen sizes.
 """
@@ -39,7 +42,7 @@ from planner.decide.behavior import Recommended, commit, current_replicas, recom
 from planner.decide.budget import apply_budget
 from planner.decide.calibration import Factors, calibrate
 from planner.decide.capacity import Sizing, aggregated_latency_ms, decode_itl_ms, prefill_ttft_ms
-from planner.decide.demand import Demand, Hold, check_data, demand, finite
+from planner.decide.demand import Demand, Hold, check_data, demand, finite, measured_idle
 from planner.decide.size import size_pools
 from planner.decide.spec import DeciderSpec
 from planner.decide.state import PlannerState
@@ -64,6 +67,7 @@ def decide(spec: DeciderSpec, observation: Observation | NoData, forecast: LoadF
                             forecast.rate_cv if forecast is not None else None)
     budgeted, cut = apply_budget(spec, {p: r.replicas for p, r in recommended.items()}, dem, factors)  # 5
     final = hold_floors(spec, budgeted)  # 6
+    final, state = idle_window(spec, final, measured_idle(spec, obs), state, now_s)  # 7
     return _record(spec, dem, factors, sized, recommended, final, cut, state, now_s,
                    forecast.rate_cv if forecast is not None else None)
 
@@ -84,6 +88,26 @@ def hold_floors(spec: DeciderSpec, replicas: Mapping[Pool, int]) -> dict[Pool, t
         why: tuple[Reason, ...] = () if kept == n else (Reason.FLOOR,) if kept > n else (Reason.CEILING,)
         out[pool] = (kept, why)
     return out
+
+
+def idle_window(spec: DeciderSpec, final: Mapping[Pool, tuple[int, tuple[Reason, ...]]], idle: bool,
+                state: PlannerState, now_s: float) -> tuple[dict[Pool, tuple[int, tuple[Reason, ...]]], PlannerState]:
+    """Stage 7, for a policy whose pools may go to zero (every min_replicas 0), as Knative's grace period: after
+    ``scale_to_zero_after_s`` with no request measured (``idle``: none started, none queued; the first tick
+    starts the window) every pool goes to zero at once, whatever the forecast still expects (reason
+    zero_traffic); before that, and as soon as a request is seen again, each pool has at least one replica
+    (idle_window while the window runs, wake_together on traffic): prefill and decode sleep and wake together."""
+    out = dict(final)
+    if not spec.policy.scales_to_zero():
+        return out, state
+    last = now_s if not idle or state.last_traffic_s is None else state.last_traffic_s
+    state = replace(state, last_traffic_s=last)
+    if idle and now_s - last >= spec.policy.scale_to_zero_after_s:
+        return {p: (0, why if n == 0 else (*why, Reason.ZERO_TRAFFIC)) for p, (n, why) in out.items()}, state
+    for pool, (n, why) in out.items():
+        if n == 0:
+            out[pool] = (1, (*why, Reason.IDLE_WINDOW if idle else Reason.WAKE_TOGETHER))
+    return out, state
 
 
 def hold(spec: DeciderSpec, state: PlannerState, now_s: float, obs: Observation | None,

@@ -84,6 +84,13 @@ def _arrivals(spec: DeciderSpec, obs: Observation) -> PoolObservation | None:
     return next((obs.pools[p] for p in order if p in obs.pools), None)
 
 
+def measured_idle(spec: DeciderSpec, obs: Observation) -> bool:
+    """No request started over the observed window, and none waits (what scale to zero's idle window counts)."""
+    arrivals = _arrivals(spec, obs)
+    return (arrivals is not None and arrivals.requests == 0 and arrivals.rate_rps == 0
+            and not any((p.queue or 0) > 0 for p in obs.pools.values()))
+
+
 def _capped(rate: float, forecast: LoadForecast | None) -> float:
     """``rate`` capped at MAX_QUANTILE_RATIO x the rate forecast's mean."""
     if forecast is None or not forecast.rate_rps.ok or rate <= 0:

@@ -35,6 +35,7 @@ class PlannerState:
     at_s: float | None = None
     pools: Mapping[str, PoolMemory] = field(default_factory=dict)
     calibration: Mapping[str, Calibrated] = field(default_factory=dict)  # keys: "ttft", "itl"
+    last_traffic_s: float | None = None  # the last tick that saw traffic (scale to zero's idle window)
 
     def pool(self, name: str) -> PoolMemory:
         return self.pools.get(name, PoolMemory())
@@ -61,6 +62,7 @@ class PlannerState:
             },
             "calibration": {k: {"factor": c.factor, "at_s": c.at_s, "samples": c.samples}
                             for k, c in sorted(self.calibration.items())},
+            "last_traffic_s": self.last_traffic_s,
         }
 
     @classmethod
@@ -81,4 +83,6 @@ class PlannerState:
             for k, c in (data.get("calibration") or {}).items()
         }
         at = data.get("at_s")
-        return cls(at_s=None if at is None else float(at), pools=pools, calibration=calibration)
+        last = data.get("last_traffic_s")
+        return cls(at_s=None if at is None else float(at), pools=pools, calibration=calibration,
+                   last_traffic_s=None if last is None else float(last))

@@ -28,14 +28,20 @@ def flat_forecast(value: float, horizon_s: float) -> Forecast:
     return Forecast(value, {q: value for q in QUANTILES}, horizon_s, "given")
 
 
-def plan(policy: Policy, profile: Profile, rate_rps: float, isl: float, osl: float) -> Decision:
-    """The Decision for ``rate_rps`` requests/s of mean ``isl`` input and ``osl`` output tokens."""
-    policy = what_if_policy(policy)
+def what_if_inputs(policy: Policy, rate_rps: float, isl: float, osl: float) -> tuple[Observation, LoadForecast]:
+    """The one observation (taken at 0) and the certain forecast a what-if decides from."""
     horizon = policy.startup_s + policy.interval_s
     window = policy.interval_s
     pool = PoolObservation(requests=rate_rps * window, rate_rps=rate_rps, isl_mean=isl, osl_mean=osl)
     obs = Observation(at_s=0.0, window_s=window, pools={n: pool for n in policy.pool_names()})
     forecast = LoadForecast(flat_forecast(rate_rps, horizon), flat_forecast(isl, horizon), flat_forecast(osl, horizon))
+    return obs, forecast
+
+
+def plan(policy: Policy, profile: Profile, rate_rps: float, isl: float, osl: float) -> Decision:
+    """The Decision for ``rate_rps`` requests/s of mean ``isl`` input and ``osl`` output tokens."""
+    policy = what_if_policy(policy)
+    obs, forecast = what_if_inputs(policy, rate_rps, isl, osl)
     # One observation, taken now: it cannot be stale.
     decision, _ = decide(DeciderSpec.build(policy, profile, stale_after_s=math.inf), obs, forecast, None, 0.0)
     return decision
@@ -51,12 +57,13 @@ class SlaMiss:
     target_ms: float
     replicas: int
     needed: int  # replicas the SLA model asked for
-    capped_by: str  # "ceiling" | "budget"
+    capped_by: str  # "ceiling" | "budget" | "fleet_priority" | "fleet_share"
 
     def describe(self, policy: Policy) -> str:
         predicted = ("unbounded: queue grows" if self.predicted_ms is None
                      else f"{self.predicted_ms:,.1f} ms")
         limit = (f"its ceiling (pools.{self.pool}.max_replicas)" if self.capped_by == Reason.CEILING
+                 else f"the fleet's GPU budget ({self.capped_by})" if self.capped_by.startswith("fleet_")
                  else f"the GPU budget (budget.max_gpus {policy.budget.max_gpus})")
         return (f"{self.pool}: {self.needed} replicas needed, {self.replicas} allowed by {limit}; predicted "
                 f"{self.signal.upper()} p{policy.sla.percentile:g} at {self.replicas}: {predicted} "
@@ -69,7 +76,8 @@ def sla_misses(policy: Policy, decision: Decision) -> list[SlaMiss]:
     mode = policy.mode
     misses = []
     for name, pd in decision.pools.items():
-        cap = next((r for r in (Reason.BUDGET, Reason.CEILING) if r in pd.reasons), None)
+        cap = next((r for r in (Reason.BUDGET, Reason.CEILING, Reason.FLEET_PRIORITY, Reason.FLEET_SHARE)
+                    if r in pd.reasons), None)
         if cap is None or pd.replicas >= math.ceil(pd.desired_unclamped - 1e-9):
             continue
         checks = [("ttft", pd.predicted_ttft_ms, policy.sla.ttft_ms, name == mode.ttft_pool),

@@ -5,6 +5,8 @@
 - ``GET /v1/policies``: what runs, its bounds, who leads, whether it is ready;
 - ``GET /v1/decisions?policy=&since=&limit=``: recent decisions with reasons, inputs and forecasts (a
   bounded ring buffer per policy);
+- ``GET /v1/fleet`` (``planner run --fleet``): the GPU budget and the last tick's GPUs wanted, granted and
+  in use, per policy with the reason it got less (404 without a fleet);
 - ``POST /v1/plan``: what-if sizing (planner.decide.whatif.plan) for a given load, no side effects.
 
 Authentication: a bearer token (``--api-token-file``) guards every request that is not a GET. Nothing in
@@ -48,6 +50,27 @@ class PlanResponse(BaseModel):
     policy: str
     feasible: bool
     decision: dict[str, Any]
+
+
+class FleetPolicy(BaseModel):
+    wanted_gpus: int = Field(description="GPUs the policy decided alone")
+    granted_gpus: int = Field(description="GPUs the fleet granted it")
+    wanted: dict[str, int]
+    granted: dict[str, int]
+    reason: str | None = Field(description="fleet_priority or fleet_share when it got less; null otherwise")
+
+
+class FleetResponse(BaseModel):
+    budget_gpus: int
+    interval_s: float
+    in_use_gpus: float | None = Field(description="GPUs of the ready replicas observed (null: not every policy "
+                                      "had data)")
+    priorities: dict[str, int]
+    at_s: float | None = Field(description="the last fleet tick (null before the first)")
+    used_gpus: int | None = Field(description="GPUs granted, every policy together")
+    wanted_gpus: int | None
+    binds: bool | None = Field(description="whether the policies wanted more than the budget")
+    policies: dict[str, FleetPolicy]
 
 
 class DecisionsResponse(BaseModel):
@@ -117,8 +140,10 @@ def policy_info(loop: Any) -> dict[str, Any]:
             "pools": pools}
 
 
-def create_service_app(loops: Sequence[Any], token: str | None = None, title: str = "planner") -> FastAPI:
-    """The app for ``loops`` (service.loop.ControlLoop, one per policy, sharing one metrics registry)."""
+def create_service_app(loops: Sequence[Any], token: str | None = None, title: str = "planner",
+                       fleet: Any = None) -> FastAPI:
+    """The app for ``loops`` (service.loop.ControlLoop, one per policy, sharing one metrics registry);
+    ``fleet``: the service.fleet_loop.FleetLoop over them (``planner run --fleet``), None without one."""
     by_name = {loop.name: loop for loop in loops}
     app = FastAPI(title=title, version="1", description=__doc__)
     _health_routes(app, loops)
@@ -149,6 +174,13 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
         since_s = since if since is not None and math.isfinite(since) else None
         records = sorted((r for loop in chosen for r in loop.decisions.since(since_s)), key=lambda r: r["at_s"])
         return {"decisions": records[-limit:] if limit else records}
+
+    @app.get("/v1/fleet", response_model=FleetResponse, tags=["api"], responses={404: ERROR})
+    async def fleet_state() -> dict[str, Any]:
+        """The fleet's budget and its last tick: per policy GPUs wanted vs granted and the reason it got less."""
+        if fleet is None:
+            raise HTTPException(404, "this controller runs no fleet (it was started without a fleet file)")
+        return dict(fleet.summary())
 
     @app.post("/v1/plan", response_model=PlanResponse, tags=["api"], dependencies=[Depends(bearer_guard(token))],
               responses={401: ERROR, 404: ERROR})

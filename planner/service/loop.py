@@ -116,6 +116,14 @@ class TickResult:
     error: str | None = None  # "kind: message" of the stage that failed, None when the tick went through
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A tick decided and not yet applied: what ``decide_step`` hands to ``act_step``."""
+
+    observation: Observation | NoData
+    decision: Decision
+
+
 class ControlLoop:
     def __init__(self, policy: PolicyFile, controller: SeedableController, source: MetricSource,
                  actuator: ReadableActuator, metrics: PlannerMetrics, clock: Clock, *,
@@ -163,14 +171,21 @@ class ControlLoop:
     def tick(self) -> TickResult:
         started = time.perf_counter()
         now_s = self.clock.now_s()
-        self._read_s = None
+        result = self.guarded(now_s, lambda: self._tick(now_s))
+        assert isinstance(result, TickResult)
+        return self.finish(result, started)
+
+    def guarded(self, now_s: float, step: Callable[[], TickResult | Decided]) -> TickResult | Decided:
+        """Run one step of a tick; a bug in it is counted and logged and ends the tick, never the loop."""
         try:
-            result = self._tick(now_s)
+            return step()
         except Exception as exc:  # noqa: BLE001 - the loop outlives any one tick's bug; count it, go on
             record_error(self.metrics, self.name, "internal")
             self.logger.exception("policy %s: tick failed", self.name)
-            result = TickResult(now_s, NoData(NoDataReason.BAD_RESPONSE, "tick failed", now_s),
-                                error=f"internal: {exc}")
+            return TickResult(now_s, NoData(NoDataReason.BAD_RESPONSE, "tick failed", now_s), error=f"internal: {exc}")
+
+    def finish(self, result: TickResult, started: float) -> TickResult:
+        """Close a tick: its timing, its count, the decision log."""
         record_tick(self.metrics, self.name, time.perf_counter() - started, self._read_s)
         self.ticks += 1
         self.last = result
@@ -234,6 +249,14 @@ class ControlLoop:
         return None
 
     def _tick(self, now_s: float) -> TickResult:
+        step = self.decide_step(now_s)
+        return step if isinstance(step, TickResult) else self.act_step(step, now_s)
+
+    def decide_step(self, now_s: float) -> TickResult | Decided:
+        """Lead, read, seed and decide: a ``Decided`` to act on, or the tick's result when there is nothing
+        to apply (standby, held for seeding, the decision failed). The fleet decides every policy before it
+        applies any (service/fleet_loop.py)."""
+        self._read_s = None
         leader = self._lead(now_s)
         observation = self._read(now_s)
         self.monitor.observe(observation, now_s)
@@ -249,6 +272,11 @@ class ControlLoop:
             problem = self.elector.problem if self.elector is not None else None
             return TickResult(now_s, observation, decision, leader=leader,
                               error=held or (f"leader: {problem}" if problem else None))
+        return Decided(observation, decision)
+
+    def act_step(self, step: Decided, now_s: float) -> TickResult:
+        """Export and apply a decision (the fleet's grant, in a fleet)."""
+        decision, observation = step.decision, step.observation
         record_decision(self.metrics, self.name, decision, self.controller.last_forecast, observation,
                         in_force=self.in_force)
         self.in_force = decision  # its sizes serve the next window (the model's bias is read against it)

@@ -28,6 +28,7 @@ from planner.telemetry import PlannerMetrics
 
 if TYPE_CHECKING:
     from planner.config import Policy
+    from planner.service.fleet_loop import FleetLoop
     from planner.service.leader import LeaseElector
 
 log = logging.getLogger("planner.run")
@@ -60,6 +61,7 @@ class RunOptions:
     retry_period_s: float | None = None  # None: half an interval
     more_policies: tuple[Path, ...] = ()  # planner run --policy A --policy B: B, ...
     api_token: str | None = None  # --api-token-file's content: required on every non-GET request
+    fleet_path: Path | None = None  # planner run --fleet: the policies above are its members, on one budget
 
     @property
     def policy_paths(self) -> tuple[Path, ...]:
@@ -172,6 +174,16 @@ def _build_loops(opts: RunOptions, clock: Clock | None,
     return loops, elector
 
 
+def build_fleet_loop(opts: RunOptions, loops: list[ControlLoop]) -> FleetLoop | None:
+    """The fleet over ``loops`` (``planner run --fleet``), or None without one."""
+    if opts.fleet_path is None:
+        return None
+    from planner.fleet_file import load_fleet
+    from planner.service.fleet_loop import FleetLoop
+
+    return FleetLoop(load_fleet(opts.fleet_path), loops)
+
+
 def _own_namespace(policy: Policy) -> str:
     if SA_NAMESPACE.exists():
         return SA_NAMESPACE.read_text().strip()
@@ -179,11 +191,12 @@ def _own_namespace(policy: Policy) -> str:
     return os.environ.get("POD_NAMESPACE") or (targets[0].namespace if targets else "default")
 
 
-def create_service_app(loop_or_loops: ControlLoop | list[ControlLoop], token: str | None = None) -> Any:
+def create_service_app(loop_or_loops: ControlLoop | list[ControlLoop], token: str | None = None,
+                       fleet: FleetLoop | None = None) -> Any:
     from planner.service.api import create_service_app as create
 
     loops = loop_or_loops if isinstance(loop_or_loops, list) else [loop_or_loops]
-    return create(loops, token, title=f"planner {', '.join(loop.name for loop in loops)}")
+    return create(loops, token, title=f"planner {', '.join(loop.name for loop in loops)}", fleet=fleet)
 
 
 class Service:
@@ -193,6 +206,7 @@ class Service:
         self.opts = opts
         self.loops, self.elector = _build_loops(opts, clock, api_client)  # one Lease for all policies, or none
         self.loop = self.loops[0]
+        self.fleet = build_fleet_loop(opts, self.loops)
         self.stop_event = threading.Event()
         self.http: Any = None
         self.grpc: GrpcThread | None = None
@@ -200,7 +214,7 @@ class Service:
     def start(self) -> Service:
         from planner.service.background import BackgroundServer
 
-        app = create_service_app(self.loops, self.opts.api_token)
+        app = create_service_app(self.loops, self.opts.api_token, self.fleet)
         self.http = BackgroundServer(app, host=self.opts.host, port=self.opts.port).start()
         if self.opts.grpc_port:
             try:
@@ -221,6 +235,8 @@ class Service:
     def run(self) -> int:
         """Tick every loop until stopped; returns the ticks run (all policies together)."""
         try:
+            if self.fleet is not None:  # one grid: every policy decides, the fleet fits, then each applies
+                return self.fleet.run(self.stop_event, wait=self.stop_event.wait) * len(self.loops)
             if len(self.loops) == 1:
                 return self.loop.run(self.stop_event, wait=self.stop_event.wait)
             counts = [0] * len(self.loops)

@@ -1,0 +1,201 @@
+"""A fleet backtest: the fleet's planners on one budget, against the same planners without a shared budget
+and against one static pool per model sized at its peak (report contract: ``report.json``'s ``fleet``,
+``policies`` and ``comparisons``).
+
+- ``fleet``: the shared budget (``budget_gpus``), the most GPUs billed at once (``max_gpus_used``: starting,
+  ready and draining replicas, sampled every 30 s) and granted (``max_gpus_granted``), GPU-hours, replica
+  starts, ``cold_starts`` (pools started from zero replicas), the ticks where the budget bound, and cost when
+  the fleet file prices its GPUs.
+- ``policies``: per policy its priority, the backtest's scores (scoring.summarise), whether it met its SLA,
+  and how many ticks the fleet granted it less than it decided.
+- ``comparisons.unshared``: the same planners, each alone (no budget); ``comparisons.static_peak``: each model
+  on a fixed pool at the peak the unshared planner reached (what a team that sizes for its peak runs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from planner.fleet_file import Fleet
+from planner.sim.evaluate.backtest import sim_setup
+from planner.sim.evaluate.fleet_replay import FleetReplay, fleet_replay
+from planner.sim.evaluate.replay import Replay, replay
+from planner.sim.evaluate.scoring import summarise
+from planner.sim.traces.records import RequestTrace
+from planner.types import Decision, NoData, Observation, PoolDecision, Reason
+
+
+@dataclass(frozen=True)
+class FleetBacktest:
+    report: dict
+    shared: FleetReplay
+    unshared: FleetReplay | None
+
+
+class StaticPools:
+    """A controller that holds fixed targets (a pool per model sized at its peak)."""
+
+    observes = False
+
+    def __init__(self, targets: Mapping[str, int], interval_s: float, gpus: Mapping[str, int]) -> None:
+        self.name = "static-peak"
+        self.interval_s = interval_s
+        self._decision = Decision(0.0, {p: PoolDecision(n, gpus[p], float(n), (Reason.BASELINE,))
+                                        for p, n in targets.items()}, (Reason.BASELINE,))
+
+    def tick(self, observation: Observation | NoData, now_s: float) -> Decision:
+        return self._decision
+
+
+def run_fleet_backtest(fleet: Fleet, traces: Mapping[str, RequestTrace], *, startup_s: float | None = None,
+                       kill: bool = False, compare: bool = True, warmup_s: float = 0.0,
+                       progress: Callable[[str, float, float], None] | None = None) -> FleetBacktest:
+    """The fleet, and (``compare``) the comparisons; the first ``warmup_s`` of every trace run unscored."""
+    shared = fleet_replay(fleet, traces, startup_s=startup_s, kill=kill, warmup_s=warmup_s, progress=progress)
+    report: dict = {"warmup_s": warmup_s, "fleet": _fleet_section(fleet, shared),
+                    "policies": _policies(fleet, shared, traces, startup_s),
+                    "traces": {n: t.summary() for n, t in traces.items()}}
+    unshared = None
+    if compare:
+        unshared = fleet_replay(fleet, traces, shared=False, startup_s=startup_s, kill=kill, warmup_s=warmup_s,
+                                progress=progress)
+        static = _static_peak(fleet, traces, unshared, startup_s, kill, warmup_s)
+        report["comparisons"] = {"unshared": _comparison(fleet, unshared.replays, traces, unshared),
+                                 "static_peak": _comparison(fleet, static, traces, None)}
+    report["checks"] = _checks(fleet, report)
+    return FleetBacktest(report, shared, unshared)
+
+
+def _fleet_section(fleet: Fleet, run: FleetReplay) -> dict:
+    out = {"budget_gpus": fleet.max_gpus, "max_gpus_used": run.max_gpus_used, "max_gpus_granted": run.max_gpus_granted,
+           "gpu_hours": round(run.gpu_hours, 4), "cold_starts": run.cold_starts, "replica_starts": run.replica_starts,
+           "binding_ticks": len(run.ticks)}
+    prices = {m.name: fleet.cost_per_gpu_hour(m.name) for m in fleet.members}
+    if all(p is not None for p in prices.values()):
+        out["cost"] = round(sum((prices[n] or 0.0) * r.gpu_hours for n, r in run.replays.items()), 2)
+    return out
+
+
+def _policies(fleet: Fleet, run: FleetReplay, traces: Mapping[str, RequestTrace], startup_s: float | None) -> dict:
+    out = {}
+    for m in fleet.members:
+        s = summarise(run.replays[m.name], m.policy, traces[m.name].duration_s)
+        s["priority"] = m.priority
+        s["sla_met"] = _met(s, m.policy.sla.percentile)
+        s["clamped_ticks"] = run.clamped_ticks[m.name]
+        cold = run.cold_ttft_ms(m.name, m.policy.startup_s if startup_s is None else startup_s)
+        wakes = [w for _, w in (run.asleep or {}).get(m.name, []) if w >= run.score_from_s]
+        finite = [x for x in cold if math.isfinite(x)]
+        s["cold_starts"] = {"wakes": len(wakes), "requests": len(cold), "failed": len(cold) - len(finite),
+                            "ttft_ms_p50": _pct(finite, 50), "ttft_ms_p95": _pct(finite, 95),
+                            "met_ttft": (round(sum(x <= m.policy.sla.ttft_ms for x in finite) / len(cold), 5)
+                                         if cold else None)}
+        out[m.name] = s
+    return out
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    import numpy as np
+
+    return round(float(np.percentile(values, q)), 1) if values else None
+
+
+def _met(scores: Mapping, percentile: float) -> bool | None:
+    """Whether the policy met its SLA (None: no request was scored)."""
+    att = scores.get("attainment_joint")
+    return None if att is None else att >= percentile / 100.0
+
+
+def _comparison(fleet: Fleet, replays: Mapping[str, Replay], traces: Mapping[str, RequestTrace],
+                run: FleetReplay | None) -> dict:
+    policies = {}
+    for m in fleet.members:
+        s = summarise(replays[m.name], m.policy, traces[m.name].duration_s)
+        policies[m.name] = {"attainment_joint": s["attainment_joint"], "gpu_hours": s["gpu_hours"],
+                            "sla_met": _met(s, m.policy.sla.percentile), "failed_requests": s["failed_requests"],
+                            "peak_replicas": s["peak_replicas"]}
+    out: dict = {"gpu_hours": round(sum(r.gpu_hours for r in replays.values()), 4), "policies": policies}
+    if run is not None:
+        out["max_gpus_used"] = run.max_gpus_used
+    else:
+        out["max_gpus_used"] = sum(sum(n * _per_replica(replays[m.name], p) for p, n in
+                                       policies[m.name]["peak_replicas"].items()) for m in fleet.members)
+    return out
+
+
+def _per_replica(rep: Replay, pool: str) -> int:
+    d = rep.decisions[0] if rep.decisions else None
+    return d.pools[pool].gpus_per_replica if d is not None and pool in d.pools else 0
+
+
+def _static_peak(fleet: Fleet, traces: Mapping[str, RequestTrace], unshared: FleetReplay, startup_s: float | None,
+                 kill: bool, warmup_s: float) -> dict[str, Replay]:
+    out = {}
+    for m in fleet.members:
+        rep = unshared.replays[m.name]
+        peak: dict[str, int] = {}
+        for t, tg in rep.targets:
+            for p, n in tg.items() if t >= warmup_s else ():
+                peak[p] = max(peak.get(p, 0), n)
+        gpus = {p: pd.gpus_per_replica for p, pd in rep.decisions[-1].pools.items()} if rep.decisions else {}
+        ctx, config = sim_setup(traces[m.name], m.profile, m.policy, startup_s=startup_s, kill=kill)
+        static = StaticPools(peak or dict(ctx.initial), fleet.interval_s, gpus or {p: 1 for p in ctx.initial})
+        out[m.name] = replay(traces[m.name], m.profile, static, config, peak or ctx.initial, ctx.window_s,
+                             score_from_s=warmup_s)
+    return out
+
+
+def _checks(fleet: Fleet, report: dict) -> dict:
+    """The issue's targets, as measured: high-priority SLAs met while the budget binds, GPU-hours against the
+    static pools, no failed request."""
+    top = max(m.priority for m in fleet.members)
+    high = [n for n, p in report["policies"].items() if p["priority"] == top]
+    out: dict = {"high_priority_sla_met": all(report["policies"][n]["sla_met"] is not False for n in high),
+                 "budget_binds": report["fleet"]["binding_ticks"] > 0,
+                 "failed_requests": sum(p["failed_requests"] for p in report["policies"].values())}
+    comp = report.get("comparisons")
+    if comp:
+        static = comp["static_peak"]["gpu_hours"]
+        out["gpu_hours_vs_static_peak"] = round(report["fleet"]["gpu_hours"] / static, 4) if static > 0 else None
+        out["gpu_hours_vs_unshared"] = (round(report["fleet"]["gpu_hours"] / comp["unshared"]["gpu_hours"], 4)
+                                        if comp["unshared"]["gpu_hours"] > 0 else None)
+    return out
+
+
+def fleet_markdown(report: dict) -> str:
+    f = report["fleet"]
+    lines = ["# Fleet backtest", "",
+             f"Budget {f['budget_gpus']} GPUs; peak {f['max_gpus_used']:g} used, {f['max_gpus_granted']:g} granted; "
+             f"{f['gpu_hours']:.2f} GPU-h; the budget bound on {f['binding_ticks']} ticks; cold starts "
+             f"{f['cold_starts']}" + (f"; cost {f['cost']:,.2f}" if "cost" in f else ""), "",
+             "| policy | priority | requests | attainment | SLA met | GPU-h | clamped ticks | failed | wakes | "
+             "cold TTFT p95 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, p in report["policies"].items():
+        att = p["attainment_joint"]
+        lines.append(f"| {name} | {p['priority']} | {p['requests']} | {'-' if att is None else f'{att:.2%}'} | "
+                     f"{_yes(p['sla_met'])} | {p['gpu_hours']:.2f} | {p['clamped_ticks']} | "
+                     f"{p['failed_requests']} | {p['cold_starts']['wakes']} | "
+                     f"{'-' if p['cold_starts']['ttft_ms_p95'] is None else p['cold_starts']['ttft_ms_p95']} |")
+    comp = report.get("comparisons")
+    if comp:
+        lines += ["", "| run | GPU-h | peak GPUs | policies meeting their SLA |", "|---|---|---|---|",
+                  f"| fleet (shared budget) | {f['gpu_hours']:.2f} | {f['max_gpus_used']:g} | "
+                  f"{_count(report['policies'])} |"]
+        for key, label in (("unshared", "per-model planners, no shared budget"),
+                           ("static_peak", "static pool per model at its peak")):
+            c = comp[key]
+            lines.append(f"| {label} | {c['gpu_hours']:.2f} | {c['max_gpus_used']:g} | "
+                         f"{_count(c['policies'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _yes(met: bool | None) -> str:
+    return "-" if met is None else "yes" if met else "no"
+
+
+def _count(policies: Mapping[str, Mapping]) -> str:
+    scored = [p["sla_met"] for p in policies.values() if p["sla_met"] is not None]
+    return f"{sum(scored)}/{len(scored)}"

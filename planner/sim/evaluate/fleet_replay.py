@@ -1,0 +1,188 @@
+"""Replay a fleet: one simulated cluster per policy, one trace each, the fleet stage between them.
+
+Every ``fleet.interval_s`` each policy's planner reads its own cluster's metrics and decides, the fleet stage
+(planner/fleet.py over decide/fleet.py, exactly what ``planner run --fleet`` runs) fits the decisions into the
+budget, and the grants are applied, the policies that give GPUs back first. ``max_gpus=None`` replays the
+same planners with no shared budget (each policy alone), the comparison a fleet report carries.
+
+Each policy's replay is an ordinary ``Replay`` (scored by scoring.summarise like any backtest), and the fleet
+keeps its own timeline: GPUs billed per policy (starting, ready and draining replicas) and granted, per
+sample. The fleet starts from each policy's warm fluid estimate (backtest.fluid_initial), fitted into the
+budget by the same stage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.controller import make_planner_controller
+from planner.decide.fleet import PolicyAsk, PoolAsk, fit_fleet
+from planner.decide.spec import DeciderSpec
+from planner.fleet import FleetPlanner
+from planner.fleet_file import Fleet
+from planner.sim.cluster.cluster import Cluster, SimConfig
+from planner.sim.cluster.metrics import SimActuator, SimMetricSource
+from planner.sim.evaluate.backtest import sim_setup
+from planner.sim.evaluate.replay import Replay, _sample
+from planner.sim.traces.records import RequestTrace
+from planner.types import Decision
+
+NO_BUDGET = 10**9  # "no shared budget": every policy gets what it decides
+
+
+@dataclass(frozen=True)
+class FleetReplay:
+    name: str  # "fleet" (shared budget) or "unshared"
+    budget_gpus: int | None
+    replays: dict[str, Replay]
+    timeline: list[dict[str, float]]  # t_s, gpus (billed, all policies), granted, and per policy
+    ticks: list[dict]  # FleetTick.summary() of each tick where the budget bound
+    clamped_ticks: dict[str, int]  # per policy, ticks it was granted less than it decided
+    replica_starts: int  # replicas added over the run (every policy, every pool)
+    cold_starts: int  # policies woken from zero replicas (every pool at zero, then one with a replica)
+    score_from_s: float = 0.0  # the warm-up before it is not scored (nor counted above)
+    asleep: dict[str, list[tuple[float, float]]] | None = None  # per policy (went to zero at, woke at) each time
+
+    def cold_ttft_ms(self, name: str, startup_s: float) -> list[float]:
+        """TTFTs (ms; failed requests as inf) of the requests that met a cold start: those that arrived while the
+        policy was at zero, or before the replicas it woke had started."""
+        rep = self.replays[name]
+        arrival, ttft, failed = rep.results["arrival_s"], rep.results["ttft_s"], rep.results["failed"]
+        out: list[float] = []
+        for slept, woke in (self.asleep or {}).get(name, []):
+            hit = (arrival >= slept) & (arrival < woke + startup_s) & (arrival >= self.score_from_s)
+            out += [math.inf if f else float(x) * 1e3 for x, f in zip(ttft[hit], failed[hit], strict=True)]
+        return out
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(r.gpu_hours for r in self.replays.values())
+
+    @property
+    def max_gpus_used(self) -> float:
+        return max((row["gpus"] for row in self.timeline if row["t_s"] >= self.score_from_s), default=0.0)
+
+    @property
+    def max_gpus_granted(self) -> float:
+        return max((row["granted_gpus"] for row in self.timeline if row["t_s"] >= self.score_from_s), default=0.0)
+
+
+def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bool = True,
+                 startup_s: float | None = None, kill: bool = False, sample_s: float = 30.0, warmup_s: float = 0.0,
+                 progress: Callable[[str, float, float], None] | None = None) -> FleetReplay:
+    """Replay ``traces`` (one per policy, by name) under the fleet's planners; ``shared=False``: no budget;
+    the first ``warmup_s`` run unscored (the planners gather history)."""
+    budget = fleet.max_gpus if shared else NO_BUDGET
+    setups = {m.name: sim_setup(traces[m.name], m.profile, m.policy, startup_s=startup_s, kill=kill)
+              for m in fleet.members}
+    initial = _fitted_initial(fleet, {n: dict(ctx.initial) for n, (ctx, _) in setups.items()}, budget)
+    controllers = {m.name: make_planner_controller(m.policy, m.profile, None, initial[m.name]) for m in fleet.members}
+    planner = FleetPlanner(fleet, controllers, max_gpus=budget)
+    clusters = {n: Cluster(traces[n], fleet.member(n).profile, cfg, initial[n]) for n, (_, cfg) in setups.items()}
+    sources = {n: SimMetricSource(c) for n, c in clusters.items()}
+    actuators = {n: SimActuator(c) for n, c in clusters.items()}
+    windows = {n: ctx.window_s for n, (ctx, _) in setups.items()}
+    configs: dict[str, SimConfig] = {n: cfg for n, (_, cfg) in setups.items()}
+    last_arrival = max(float(t.arrival_s[-1]) if len(t) else 0.0 for t in traces.values())
+    horizon = last_arrival + max(c.tail_s for c in configs.values())
+    interval = fleet.interval_s
+    granted: dict[str, dict[str, int]] = {n: dict(v) for n, v in initial.items()}
+    per_replica = {n: _gpus_per_replica(fleet, n) for n in clusters}
+    decisions: dict[str, list[Decision]] = {n: [] for n in clusters}
+    targets: dict[str, list[tuple[float, dict[str, int]]]] = {n: [] for n in clusters}
+    timelines: dict[str, list[dict[str, float]]] = {n: [] for n in clusters}
+    fleet_rows: list[dict[str, float]] = []
+    ticks: list[dict] = []
+    clamped = dict.fromkeys(clusters, 0)
+    starts, cold = 0, 0
+    asleep: dict[str, list[tuple[float, float]]] = {n: [] for n in clusters}
+    slept_at: dict[str, float | None] = {n: (0.0 if not any(v > 0 for v in initial[n].values()) else None)
+                                         for n in clusters}
+    next_tick, next_sample, last_progress = interval, 0.0, -math.inf
+    while True:
+        t = min(next_tick, next_sample)
+        for c in clusters.values():
+            c.run_until(t)
+        if t == next_sample:
+            fleet_rows.append(_fleet_row(t, clusters, timelines, sources, sample_s, decisions, granted, per_replica))
+            next_sample += sample_s
+        if t == next_tick:
+            tick = planner.tick({n: sources[n].read(windows[n], t) for n in clusters}, t)
+            for name in tick.fit.order:
+                d = tick.granted[name]
+                new = d.targets()
+                scored = t >= warmup_s
+                starts += scored * sum(max(0, n - granted[name].get(p, 0)) for p, n in new.items())
+                actuators[name].apply(new)
+                if not any(n > 0 for n in new.values()) and slept_at[name] is None:
+                    slept_at[name] = t
+                elif any(n > 0 for n in new.values()) and slept_at[name] is not None:
+                    asleep[name].append((slept_at[name], t))  # type: ignore[arg-type]
+                    slept_at[name] = None
+                    cold += scored
+                granted[name] = {**granted[name], **new}
+                decisions[name].append(d)
+                targets[name].append((t, dict(new)))
+                clamped[name] += int(tick.fit.reason(name) is not None and t >= warmup_s)
+            if tick.fit.binds and t >= warmup_s:
+                ticks.append(tick.summary())
+            next_tick += interval
+        if progress is not None and t - last_progress >= 60.0:
+            progress("fleet" if shared else "unshared", min(t, last_arrival), last_arrival)
+            last_progress = t
+        if (all(c.finished for c in clusters.values()) and t >= last_arrival) or t >= horizon:
+            break
+    replays = {n: _finish(n, c, actuators[n], timelines[n], targets[n], decisions[n], traces[n], warmup_s)
+               for n, c in clusters.items()}
+    return FleetReplay("fleet" if shared else "unshared", budget if shared else None, replays, fleet_rows, ticks,
+                       clamped, starts, cold, warmup_s, asleep)
+
+
+def _fitted_initial(fleet: Fleet, initial: Mapping[str, dict[str, int]], budget: int) -> dict[str, dict[str, int]]:
+    """Each policy's warm start, fitted into the budget as a tick's decisions would be (unpriced: by share)."""
+    asks = []
+    for m in fleet.members:
+        gpus = _gpus_per_replica(fleet, m.name)
+        pools = {p: PoolAsk(max(n, m.policy.pool(p).min_replicas), gpus[p], m.policy.pool(p).min_replicas)
+                 for p, n in initial[m.name].items()}
+        asks.append(PolicyAsk(m.name, m.priority, pools))
+    fit = fit_fleet(asks, budget)
+    return {n: dict(v) for n, v in fit.granted.items()}
+
+
+def _gpus_per_replica(fleet: Fleet, name: str) -> dict[str, int]:
+    m = fleet.member(name)
+    spec = DeciderSpec.build(m.policy, m.profile, m.policy.stale_after_s)
+    return {p: spec.gpus(p) for p in m.policy.pool_names()}
+
+
+def _fleet_row(t: float, clusters: Mapping[str, Cluster], timelines: dict[str, list[dict[str, float]]],
+               sources: Mapping[str, SimMetricSource], sample_s: float, decisions: Mapping[str, list[Decision]],
+               granted: Mapping[str, Mapping[str, int]], per_replica: Mapping[str, Mapping[str, int]]
+               ) -> dict[str, float]:
+    row: dict[str, float] = {"t_s": t, "gpus": 0.0, "granted_gpus": 0.0}
+    for name, cluster in clusters.items():
+        own = _sample(cluster, sources[name], t, sample_s, decisions[name][-1] if decisions[name] else None)
+        timelines[name].append(own)
+        row[f"{name}.gpus"] = own["gpus"]
+        row["gpus"] += own["gpus"]
+        row["granted_gpus"] += sum(n * per_replica[name][p] for p, n in granted[name].items())
+    return row
+
+
+def _finish(name: str, cluster: Cluster, actuator: SimActuator, timeline: list[dict[str, float]],
+            targets: list[tuple[float, dict[str, int]]], decisions: list[Decision], trace: RequestTrace,
+            score_from_s: float) -> Replay:
+    cluster.fail_unfinished()
+    res = cluster.results()
+    fin = res["finish_s"]
+    last_arrival = float(trace.arrival_s[-1]) if len(trace) else 0.0
+    end_s = max(last_arrival, float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0)
+    gpu_s = cluster.gpu_seconds(end_s) - cluster.gpu_seconds(min(score_from_s, end_s))
+    return Replay(name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets, cluster.failed_count,
+                  decisions, score_from_s)
+

@@ -1,0 +1,66 @@
+"""`planner bench fleet`: eight models from the shipped traces on one budget, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.bench.fleet import MODELS, PERIOD_S, bench_fleet, model_trace
+from planner.bench.scenarios import default_traces_dir
+from planner.cli import run
+
+
+def _traces() -> Path:
+    folder = default_traces_dir()
+    if folder is None:
+        pytest.skip("no shared traces folder")
+    return folder
+
+
+def test_the_models_are_built_from_the_shipped_traces() -> None:
+    fleet, traces = bench_fleet(quick=True, traces_dir=_traces())
+    assert len(fleet.members) >= 8 and set(traces) == set(fleet.names())
+    assert {m.priority for m in fleet.members} == {10, 5, 0}
+    sparse = [m for m in MODELS if m.busy_phase is not None]
+    assert len(sparse) >= 4
+    for m in sparse:  # idle for long stretches: no arrival outside its busy windows
+        t = traces[m.name].arrival_s
+        assert len(t) > 0 and ((t - m.busy_phase * 600.0) % 600.0 < 160.0).all()
+
+
+def test_the_burst_multiplies_the_rate_inside_its_window_only() -> None:
+    m = next(m for m in MODELS if m.burst)
+    t = model_trace(m, _traces(), 3600.0, 0).arrival_s
+    inside = np.count_nonzero((t >= 0.55 * 3600) & (t < 0.55 * 3600 + 600)) / 600
+    before = np.count_nonzero((t >= 0.55 * 3600 - 600) & (t < 0.55 * 3600)) / 600
+    assert inside > 2.5 * before
+
+
+def test_a_full_sparse_model_is_busy_8_minutes_in_30() -> None:
+    m = next(m for m in MODELS if m.busy_phase is not None)
+    t = model_trace(m, _traces(), 3600.0, 0).arrival_s
+    assert t.max() - t.min() > PERIOD_S and ((t - m.busy_phase * PERIOD_S) % PERIOD_S < 480.0).all()
+
+
+def test_a_budget_below_the_floors_is_refused(capsys) -> None:  # noqa: ANN001
+    rc = run(["bench", "fleet", "--quick", "--budget-gpus", "10"])
+    assert rc == 2 and "--budget-gpus: 10 is below the models' floors" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_fleet_quick_reports_the_fleet(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    _traces()
+    rc = run(["bench", "fleet", "--quick", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    f, comp = report["fleet"], report["comparisons"]
+    assert rc == 0 and "# Fleet backtest" in capsys.readouterr().out
+    assert len(report["policies"]) >= 8
+    assert f["max_gpus_granted"] <= f["budget_gpus"] < comp["unshared"]["max_gpus_used"]  # the budget binds
+    assert f["binding_ticks"] > 0 and f["gpu_hours"] < comp["static_peak"]["gpu_hours"]
+    top = [p for p in report["policies"].values() if p["priority"] == 10]
+    assert all(p["clamped_ticks"] == 0 for p in top)  # the high priorities keep their SLA sizes
+    assert report["checks"]["failed_requests"] == 0
+    assert set(f) >= {"budget_gpus", "max_gpus_used", "gpu_hours", "cold_starts"}

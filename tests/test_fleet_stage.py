@@ -1,0 +1,149 @@
+"""The fleet stage (planner/decide/fleet.py): many policies' decisions fitted into one GPU budget. Table tests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner.decide.fleet import FleetFit, PolicyAsk, PoolAsk, fit_fleet, granted_decision, regranted_state
+from planner.decide.state import PlannerState, PoolMemory
+from planner.types import Decision, PoolDecision, Reason
+from tests.support.decide_support import policy
+
+P, S = Reason.FLEET_PRIORITY, Reason.FLEET_SHARE
+
+
+def agg(wanted: int, floor: int = 1, gpus: int = 1, costs: tuple[float, ...] = (), current: int | None = None) -> dict:
+    return {"aggregated": PoolAsk(wanted, gpus, floor, costs, current)}
+
+
+def ask(name: str, priority: int, pools: dict) -> PolicyAsk:
+    return PolicyAsk(name, priority, pools)
+
+
+# (id, budget, asks, expected granted {policy: {pool: n}}, expected reasons {policy: reason})
+CASES = [
+    ("fits: nothing changes", 10,
+     [ask("a", 0, agg(4)), ask("b", 0, agg(6))],
+     {"a": {"aggregated": 4}, "b": {"aggregated": 6}}, {}),
+    ("higher priority keeps its SLA size first", 10,
+     [ask("hi", 10, agg(8)), ask("lo", 0, agg(6))],
+     {"hi": {"aggregated": 8}, "lo": {"aggregated": 2}}, {"lo": P}),
+    ("priority order does not depend on the order given", 10,
+     [ask("lo", 0, agg(6)), ask("hi", 10, agg(8))],
+     {"hi": {"aggregated": 8}, "lo": {"aggregated": 2}}, {"lo": P}),
+    ("equal priority: the pool that suffers most without the GPU gets it", 6,
+     [ask("a", 0, agg(5, costs=(5.0, 4.0, 3.0, 2.0))), ask("b", 0, agg(5, costs=(1.2, 1.1, 0.9, 0.5)))],
+     {"a": {"aggregated": 5}, "b": {"aggregated": 1}}, {"b": S}),
+    ("equal priority and cost: shared in proportion to what each asked", 8,
+     [ask("a", 0, agg(8, costs=(1.0,) * 7)), ask("b", 0, agg(4, costs=(1.0,) * 3))],
+     {"a": {"aggregated": 5}, "b": {"aggregated": 3}}, {"a": S, "b": S}),
+    ("the cost is per GPU: a 2-GPU replica at pressure 3 loses to a 1-GPU one at 2", 5,
+     [ask("big", 0, agg(2, gpus=2, costs=(3.0,))), ask("small", 0, agg(2, costs=(2.0,)))],
+     {"big": {"aggregated": 1}, "small": {"aggregated": 2}}, {"big": S}),
+    ("an unbounded queue outranks any finite pressure", 3,
+     [ask("a", 0, agg(2, costs=(1e9,))), ask("b", 0, agg(2, costs=(math.inf,)))],
+     {"a": {"aggregated": 1}, "b": {"aggregated": 2}}, {"a": S}),
+    ("floors are never broken, even for the lowest priority", 3,
+     [ask("hi", 5, agg(10)), ask("lo", 0, agg(4, floor=2))],
+     {"hi": {"aggregated": 1}, "lo": {"aggregated": 2}}, {"hi": S, "lo": S}),
+    ("a level that alone exceeds the budget shares (fleet_share), the level below lost to priority", 6,
+     [ask("a", 5, agg(4)), ask("b", 5, agg(4)), ask("c", 0, agg(3))],
+     {"a": {"aggregated": 3}, "b": {"aggregated": 2}, "c": {"aggregated": 1}}, {"a": S, "b": S, "c": P}),
+    ("scale-downs free capacity for scale-ups in the same tick", 14,
+     [ask("a", 0, agg(6, current=10)), ask("b", 0, agg(8, current=4))],
+     {"a": {"aggregated": 6}, "b": {"aggregated": 8}}, {}),
+    ("a pool held for missing data keeps what it holds", 8,
+     [ask("held", 0, agg(6, floor=6)), ask("b", 10, agg(6))],
+     {"held": {"aggregated": 6}, "b": {"aggregated": 2}}, {"b": S}),
+    ("leftover too small for a big replica goes to small ones", 7,
+     [ask("big", 1, agg(3, floor=1, gpus=4)), ask("small", 0, agg(3))],
+     {"big": {"aggregated": 1}, "small": {"aggregated": 3}}, {"big": S}),
+    ("prefill and decode of one policy compete by their own pressure", 5,
+     [ask("pd", 0, {"prefill": PoolAsk(4, 1, 1, (3.0, 2.0, 1.5)), "decode": PoolAsk(3, 1, 1, (2.5, 0.8))})],
+     {"pd": {"prefill": 3, "decode": 2}}, {"pd": S}),
+]
+
+
+@pytest.mark.parametrize(("budget", "asks", "granted", "reasons"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_fit(budget: int, asks: list[PolicyAsk], granted: dict, reasons: dict) -> None:
+    fit = fit_fleet(asks, budget)
+    assert {n: dict(g) for n, g in fit.granted.items()} == granted
+    assert {n: fit.reason(n) for n in granted if fit.reason(n) is not None} == reasons
+    assert fit.used_gpus <= budget or any(p.floor == p.wanted for a in asks for p in a.pools.values())
+    for a in asks:  # never below a floor, never above the ask
+        for pool, p in a.pools.items():
+            assert p.floor <= fit.granted[a.name][pool] <= p.wanted
+
+
+def test_every_clamped_pool_has_a_reason_and_no_other_does() -> None:
+    pools = {"prefill": PoolAsk(4, 1, 1, (3.0, 2.0, 1.5)), "decode": PoolAsk(3, 1, 1, (2.5, 0.8))}
+    fit = fit_fleet([ask("pd", 0, pools)], 6)  # prefill's 1.5 outranks decode's 0.8 for the last GPU
+    assert dict(fit.granted["pd"]) == {"prefill": 4, "decode": 2}
+    assert dict(fit.reasons["pd"]) == {"decode": (S,)}
+
+
+def test_a_policy_with_no_pool_known_is_still_in_the_fit() -> None:
+    fit = fit_fleet([ask("unknown", 0, {}), ask("a", 0, agg(3))], 2)
+    assert dict(fit.granted["unknown"]) == {} and fit.granted_gpus["unknown"] == 0 and fit.granted["a"]["aggregated"] == 2
+
+
+def test_a_sleeping_policy_is_never_woken_half() -> None:
+    pools = {"prefill": PoolAsk(2, 1, 0, (5.0, 1.0)), "decode": PoolAsk(1, 2, 0, (5.0,))}
+    tight = fit_fleet([PolicyAsk("z", 0, pools, together=True), ask("a", 0, agg(3))], 3)
+    assert dict(tight.granted["z"]) == {"prefill": 0, "decode": 0}  # 1 prefill alone would fit; not alone
+    room = fit_fleet([PolicyAsk("z", 0, pools, together=True), ask("a", 0, agg(3))], 4)
+    assert dict(room.granted["z"]) == {"prefill": 1, "decode": 1} and room.granted["a"]["aggregated"] == 1
+
+
+def test_shrinking_policies_are_applied_first() -> None:
+    fit = fit_fleet([ask("a-grows", 0, agg(8, current=4)), ask("b-shrinks", 0, agg(6, current=10)),
+                     ask("c-new", 0, agg(1))], 20)
+    assert fit.order == ("b-shrinks", "a-grows", "c-new")
+
+
+def test_pool_ask_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="floor"):
+        PoolAsk(2, 1, 3)
+    with pytest.raises(ValueError, match="costs"):
+        PoolAsk(4, 1, 1, (1.0,))
+
+
+def test_granted_decision_carries_the_reason_and_new_prediction() -> None:
+    d = Decision(0.0, {"prefill": PoolDecision(6, 1, 6.0, (Reason.SLA_CAPACITY,), 500.0, None),
+                       "decode": PoolDecision(4, 2, 4.0, (Reason.SLA_CAPACITY,), None, 30.0)},
+                 (Reason.SLA_CAPACITY,))
+    g = granted_decision(d, {"prefill": 3, "decode": 4}, {"prefill": (P,)}, {"prefill": (1900.0, None)})
+    assert g.targets() == {"prefill": 3, "decode": 4}
+    assert g.pools["prefill"].reasons == (Reason.SLA_CAPACITY, P)
+    assert g.pools["prefill"].predicted_ttft_ms == 1900.0
+    assert g.pools["decode"] == d.pools["decode"]
+    assert g.reasons == (Reason.SLA_CAPACITY, P)
+
+
+def test_regranted_state_remembers_the_grant() -> None:
+    pol = policy()
+    # decide() committed a scale-up 2 -> 6 at t=100; the fleet granted 3.
+    state = PlannerState(100.0, {"prefill": PoolMemory(6, ((100.0, 6),), ((70.0, 2), (100.0, 4)), (), 1)})
+    wanted = Decision(100.0, {"prefill": PoolDecision(6, 1, 6.0)})
+    granted = Decision(100.0, {"prefill": PoolDecision(3, 1, 6.0, (P,))})
+    m = regranted_state(state, wanted, granted, 100.0, pol.behavior).pool("prefill")
+    assert m.target == 3
+    assert m.events == ((70.0, 2), (100.0, 1))  # the step actually taken: 2 -> 3
+    assert m.recommendations == ((100.0, 6),)  # what the SLA asked stays for the stabilisation windows
+
+
+def test_regranted_state_when_the_grant_is_a_scale_down() -> None:
+    pol = policy()
+    state = PlannerState(100.0, {"decode": PoolMemory(5, (), (), (), 0)})  # decide held at 5: no event
+    wanted = Decision(100.0, {"decode": PoolDecision(5, 1, 5.0)})
+    granted = Decision(100.0, {"decode": PoolDecision(2, 1, 5.0, (P,))})
+    m = regranted_state(state, wanted, granted, 100.0, pol.behavior).pool("decode")
+    assert (m.target, m.events, m.last_direction) == (2, ((100.0, -3),), -1)
+
+
+def test_fit_result_summary_fields() -> None:
+    fit: FleetFit = fit_fleet([ask("hi", 10, agg(8)), ask("lo", 0, agg(6))], 10)
+    assert fit.binds and fit.used_gpus == 10 and fit.wanted_gpus == {"hi": 8, "lo": 6}
+    assert fit.granted_gpus == {"hi": 8, "lo": 2}
