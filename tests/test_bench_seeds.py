@@ -69,7 +69,8 @@ def test_a_missing_policy_is_named_before_the_traces_are_checked(command, capsys
     assert not out.exists()
 
 
-def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys) -> None:
+def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # the table's width, whether or not a terminal is attached to the run
     out = tmp_path / "seeds.json"
     rc = run(["bench", "seeds", "--policy", str(EXAMPLE), "--policy", str(STEADY), "--scenarios", "chat-docs",
               "--seeds", "1", "--workers", "2", "--out", str(out)])

@@ -86,7 +86,7 @@ def test_busiest_window_counts_requests_per_window() -> None:
 def test_static_yesterday_without_a_yesterday_is_one_line_before_any_work(tmp_path: Path, capsys) -> None:
     policy = scenarios.scenario_policy()
     trace = scenarios.synthetic("chat-docs", 0.0, 60.0)
-    with pytest.raises(UserError, match=r"static-yesterday needs the previous day's trace \(--yesterday FILE\)"):
+    with pytest.raises(UserError, match=r"^yesterday: static-yesterday needs the previous day's trace$"):
         run_backtest(trace, scenarios.scenario_profile(DAY, policy), policy, baselines=["static-yesterday"])
     out = tmp_path / "out"
     code = run(["backtest", "--trace", str(scenarios.REPO / "profiles/traces/azure2023/AzureLLMInferenceTrace_conv.csv"), "--profile",

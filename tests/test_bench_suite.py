@@ -132,13 +132,16 @@ def _check_suite(out: Path, names: list[str], shown: str) -> dict:
     assert doc["quick"] is True and doc["planner_version"] and doc["date"] and doc["wall_s"] > 0
     assert doc["cpu_s"]["total"] > 0 and set(doc["cpu_s"]["per_scenario"]) == set(names)
     assert list(doc["scenarios"]) == names
+    with_yesterday = {s.name for s in scenarios.pick(names) if s.yesterday}
     assert sorted((r["scenario"], r["policy"]) for r in doc["entries"]) == sorted(
-        (s, p) for s in names for p in POLICIES)
+        [(s, p) for s in names for p in POLICIES] + [(s, "static-yesterday") for s in with_yesterday])
     for r in doc["entries"]:
         assert POLICY_FIELDS <= set(r) and r["quick"] is True and r["scored_requests"] == r["requests"]
         assert r["gpu_hours_vs_lower_bound"] >= 1.0 - 1e-9  # nothing spends less than the strict bound
     for name, sc in doc["scenarios"].items():
-        assert [t["target"] for t in sc["targets"]] == ["planner", "perfect_forecast", "static", "frontier"]
+        assert [t["target"] for t in sc["targets"]] == ["planner", "perfect_forecast", "static",
+                                                        *(["static_yesterday"] if name in with_yesterday else []),
+                                                        "frontier"]
         assert list(sc["frontier"]["policies"]) == ["planner", "dynamo-throughput", "dynamo-load"]
         assert sc["report"]["checks"]["lower_bound_le_offline"] is True
         assert (out / name / "frontier.png").stat().st_size > 10_000

@@ -119,7 +119,10 @@ def test_token_id_prompts_are_exact_unique_and_clear_of_special_tokens() -> None
     ("llama-3.1-70b", [{"id": "llama", "root": "/models/meta-llama/Llama-3.1-70B-Instruct"}], None, "llama"),
     ("qwen3-8b", [{"id": "qwen3-32b"}, {"id": "qwen3-8b"}], None, "qwen3-8b"),
     ("qwen3-8b", [{"id": "x"}, {"id": "y"}], "y", "y"),
-], ids=["hf-name", "root-path", "several", "explicit"])
+    # one model under two served names (vLLM: one card per --served-model-name, the same root)
+    ("qwen3-32b", [{"id": "Qwen/Qwen3-32B", "root": "Qwen/Qwen3-32B"}, {"id": "qwen3-32b", "root": "Qwen/Qwen3-32B"}],
+     None, "Qwen/Qwen3-32B"),
+], ids=["hf-name", "root-path", "several", "explicit", "aliases"])
 def test_model_matching(model, listed, served, expect) -> None:
     assert choose_model("http://u", listed, model, served)["id"] == expect
 
@@ -129,6 +132,9 @@ def test_model_matching_refuses_what_it_cannot_tell() -> None:
         choose_model("http://u", [{"id": "a"}, {"id": "b"}], "qwen3-8b", None)
     with pytest.raises(UserError, match=r"^url: http://u serves no model"):
         choose_model("http://u", [], "qwen3-8b", None)
+    with pytest.raises(UserError, match=r"say which one is qwen3-8b$"):  # two models that both match: not aliases
+        choose_model("http://u", [{"id": "qwen3-8b", "root": "/a/qwen3-8b"}, {"id": "qwen3-8b-fp8", "root": "/b/x"}],
+                     "qwen3-8b", None)
     assert not names_match("qwen3-8b", {"id": "qwen3-32b"}) and not names_match("", {"id": "x"})
 
 

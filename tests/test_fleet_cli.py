@@ -80,7 +80,7 @@ def test_plan_without_policy_or_fleet_says_what_is_missing(capsys) -> None:  # n
     assert rc == 2 and "--policy: required (or --fleet)" in capsys.readouterr().err
 
 
-TRACE = Path(__file__).resolve().parents[1] / "profiles" / "traces" / "azure2023-conv.csv"
+TRACE = Path(__file__).resolve().parents[1] / "profiles" / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
 def _traces(*names: str) -> list[str]:

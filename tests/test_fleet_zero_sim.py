@@ -13,7 +13,7 @@ from planner.sim.traces.loaders import load_requests
 from planner.sim.traces.records import RequestTrace
 from tests.support.fleet_support import member, write_fleet
 
-TRACE = Path(__file__).resolve().parents[1] / "profiles" / "traces" / "azure2023-conv.csv"
+TRACE = Path(__file__).resolve().parents[1] / "profiles" / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
 ZERO = {"pools": {"prefill": {"min_replicas": 0}, "decode": {"min_replicas": 0}}, "scale_to_zero_after_s": 60,
         "startup_s": 60}
 

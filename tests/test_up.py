@@ -194,11 +194,11 @@ def test_ramped(arrivals: list[float], ramp_s: float, kept_at_most: int) -> None
     assert len(kept) == kept_at_most
 
 
-def test_the_embedded_trace_is_found_in_either_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_embedded_trace_is_found_where_it_ships(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLANNER_DATA_DIR", str(tmp_path))
     with pytest.raises(UserError, match="trace: the embedded Azure conversation trace is not under"):
         default_trace_path()
-    for rel in reversed(CONV_CANDIDATES):  # the older single file first, then the folder that wins over it
+    for rel in CONV_CANDIDATES:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
         assert default_trace_path() == tmp_path / rel

@@ -350,6 +350,8 @@ class ProcessActuator:
 
     def _crashed(self, replica: Replica, code: int) -> None:
         self.replicas.remove(replica)
+        # Out of targets.json before the stop's grace period: the router must not send to a dead port meanwhile.
+        self._publish()
         replica.stop(self.settings.stop_grace_s)  # whatever the engine left in its group
         self._event(replica.pool, "crashed")
         self.logger.warning("pool %s: replica on port %d exited with %d while serving (%s); replacing it",

@@ -65,6 +65,11 @@ def choose_model(url: str, listed: list[dict[str, Any]], model_name: str, served
     matching = [m for m in listed if names_match(model_name, m)]
     if len(matching) == 1:
         return matching[0]
+    roots = {str(m.get("root") or m.get("id")) for m in matching}
+    if len(matching) > 1 and len(roots) == 1:
+        # One model served under several names (vLLM lists each --served-model-name as a card, one root):
+        # any of them reaches the same weights.
+        return matching[0]
     if len(listed) == 1 and not matching:
         raise UserError(f"model: {model_name} does not match the model served at {url} ({ids[0]!r}"
                         f"{', root ' + repr(listed[0]['root']) if listed[0].get('root') else ''}); pass "

@@ -11,10 +11,8 @@ from planner.errors import UserError
 from planner.sim.traces.loaders import load_requests, scale_rate
 from planner.sim.traces.records import RequestTrace
 
-# Where the embedded Azure 2023 conversation trace lives: its own folder (with the code trace beside it),
-# or the single file `planner demo` has always read. The first that exists is used.
-CONV_CANDIDATES = (Path("traces") / "azure2023" / "AzureLLMInferenceTrace_conv.csv",
-                   Path("traces") / "azure2023-conv.csv")
+# The embedded Azure 2023 conversation trace (profiles/traces/azure2023/, the code trace beside it).
+CONV_CANDIDATES = (Path("traces") / "azure2023" / "AzureLLMInferenceTrace_conv.csv",)
 # Ten trace minutes per wall minute: the conversation trace's own swings show within one load phase.
 COMPRESS = 10.0
 # The load ramps up over this share of its phase (a request at t kept with probability t / ramp), as traffic

@@ -104,8 +104,7 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: PolicyFile, *, b
     if unknown:
         raise UserError(f"baselines: unknown {', '.join(unknown)}; allowed: {', '.join(ACCEPTED)}", key="baselines")
     if "static-yesterday" in baselines and yesterday is None:
-        raise UserError("baselines: static-yesterday needs the previous day's trace (--yesterday FILE)",
-                        key="baselines")
+        raise UserError("yesterday: static-yesterday needs the previous day's trace", key="yesterday")
     ctx, config = sim_setup(trace, profile, policy, startup_s=startup_s, kill=kill, warmup_s=warmup_s,
                             dynamo_predictor=dynamo_predictor)
     ctx = replace(ctx, yesterday=yesterday, peak_window_s=peak_window_s)

@@ -73,8 +73,7 @@ def _static(ctx: BaselineContext) -> Controller:
 
 def _static_yesterday(ctx: BaselineContext) -> Controller:
     if ctx.yesterday is None:
-        raise UserError("baselines: static-yesterday needs the previous day's trace (--yesterday FILE)",
-                        key="baselines")
+        raise UserError("yesterday: static-yesterday needs the previous day's trace", key="yesterday")
     targets = yesterday_targets(ctx.policy, ctx.profile, ctx.yesterday, ctx.peak_window_s)
     return StaticController(ctx.policy, ctx.profile, targets, name="static-yesterday")
 
