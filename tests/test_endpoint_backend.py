@@ -61,7 +61,7 @@ def test_recovers_the_emulated_profile_within_10_percent(emulator: EmulatorProce
     print("recovery errors:", {k: f"{v:+.2%}" for k, v in errors.items()})  # shown with pytest -s
     assert abs(errors[worst]) <= TOLERANCE, f"worst {worst}: {errors[worst]:+.1%}; all: {errors}"
     prov = measured.provenance
-    assert prov.backend == "endpoint" and prov.software["tp"] == "1" and prov.software["served_model"] == "qwen3-32b"
+    assert prov.backend == "endpoint" and prov.software["tp"] == "1" and prov.software["served_model"] == "Qwen/Qwen3-32B"  # the name init writes, listed first
     # The emulator takes prompts as token ids, as vLLM does: the probe finds it and uses them.
     assert prov.software["max_model_len"] == "32768" and prov.software["prompts"] == "token-ids"
     from planner.emulator.app import EMULATED_VLLM_VERSION
