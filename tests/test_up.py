@@ -80,7 +80,7 @@ def test_up_scales_each_pool_up_and_down_and_leaves_no_process(tmp_path: Path) -
     when it exits."""
     require_prometheus()
     out = tmp_path / "up"
-    proc = subprocess.Popen([*UP, "--duration-s", "50", "--load-s", "25", "--rate-scale", "0.5", "--json",
+    proc = subprocess.Popen([*UP, "--duration-s", "75", "--load-s", "25", "--rate-scale", "0.5", "--json",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
