@@ -87,7 +87,7 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
     the example's scale_to_zero_after_s) between their busy windows."""
     folder = traces_dir or default_traces_dir()
     if folder is None or not all((folder / f).exists() for f in (CONV, CODE)):
-        raise UserError(f"traces: {CONV} and {CODE} are needed under {folder or 'shared/traces'}; pass the folder "
+        raise UserError(f"traces: {CONV} and {CODE} are needed under {folder or 'profiles/traces'}; pass the folder "
                         "that holds azure2023/", key="traces")
     policy = load_policy(EXAMPLE_POLICY)
     shipped = load_profile(Path(policy.profile) if Path(policy.profile).is_absolute()

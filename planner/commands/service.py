@@ -102,11 +102,7 @@ def register(app: typer.Typer) -> None:
         from planner.service.runner import RunOptions, build_fleet_loop, build_loops, serve
 
         level = _check_args(log_level, log_format, {"--port": port, "--grpc-port": grpc_port})
-        timing = {"--lease-duration-s": lease_duration_s, "--renew-deadline-s": renew_deadline_s,
-                  "--retry-period-s": retry_period_s}
-        given = [flag for flag, value in timing.items() if value is not None]
-        if given and not leader_elect:
-            raise UserError(f"{given[0]}: only with --leader-elect (there is no Lease without it)")
+        _check_lease_flags(leader_elect, lease_duration_s, renew_deadline_s, retry_period_s)
         _check_metrics_url(metrics_url)
         paths = _policy_paths(policy or [], fleet)
         token = read_token(api_token_file)
@@ -147,6 +143,16 @@ def _policy_paths(policy: list[Path], fleet: Path | None) -> list[Path]:
     from planner.fleet_file import load_fleet
 
     return [m.path for m in load_fleet(fleet).members]
+
+
+def _check_lease_flags(leader_elect: bool, lease_duration_s: float | None, renew_deadline_s: float | None,
+                       retry_period_s: float | None) -> None:
+    """The Lease's timing flags mean nothing without --leader-elect: say so instead of ignoring them."""
+    timing = {"--lease-duration-s": lease_duration_s, "--renew-deadline-s": renew_deadline_s,
+              "--retry-period-s": retry_period_s}
+    given = [flag for flag, value in timing.items() if value is not None]
+    if given and not leader_elect:
+        raise UserError(f"{given[0]}: only with --leader-elect (there is no Lease without it)")
 
 
 def _report_once(results: list, fleet: dict | None = None) -> None:  # list[service.loop.TickResult]

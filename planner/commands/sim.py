@@ -85,13 +85,10 @@ def backtest_cmd(
     if fleet is not None:
         from planner.commands.fleet_backtest import fleet_backtest
 
-        unsupported = [flag for flag, given in (("--policy", policy is not None), ("--profile", profile is not None),
-                                                ("--frontier", frontier), ("--warmup-s", warmup_s != 0.0),
-                                                ("--yesterday", yesterday is not None),
-                                                ("--quantile", quantile is not None),
-                                                ("--forecaster", forecaster is not None)) if given]
-        if unsupported:
-            raise UserError(f"{unsupported[0]}: not with --fleet (the fleet file names each policy, and its profile)")
+        _only_without_fleet((("--policy", policy is not None), ("--profile", profile is not None),
+                             ("--frontier", frontier), ("--warmup-s", warmup_s != 0.0),
+                             ("--yesterday", yesterday is not None), ("--quantile", quantile is not None),
+                             ("--forecaster", forecaster is not None)))
         fleet_backtest(fleet, trace, out, format=format, columns=parse_columns(columns), rate_scale=rate_scale,
                        scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s, startup_s=startup_s,
                        kill=kill, no_plots=no_plots)
@@ -107,6 +104,12 @@ def backtest_cmd(
     _backtest_one(Path(trace[0]), profile, policy, out, format, columns, rate_scale, scale_mode, startup_s, baselines,
                   kill, seed, duration_s, start_s, forecaster, quantile, workers, offline_simulations, no_plots,
                   dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s)
+
+
+def _only_without_fleet(flags: tuple[tuple[str, bool], ...]) -> None:
+    unsupported = [flag for flag, given in flags if given]
+    if unsupported:
+        raise UserError(f"{unsupported[0]}: not with --fleet (the fleet file names each policy, and its profile)")
 
 
 def _backtest_one(trace: Path, profile: Path, policy: Path, out: Path, format: str, columns: str | None,
