@@ -25,7 +25,7 @@ from planner.decide.fleet import regranted_state
 from planner.decide.outlook import Outlook, outlook
 from planner.fleet import FleetTick, fit_decisions
 from planner.fleet_file import Fleet
-from planner.service.loop import ControlLoop, Decided, TickResult
+from planner.service.loop import ControlLoop, Decided, TickResult, run_on_grid
 from planner.telemetry import record_fleet
 from planner.types import Decision, Observation, Reason
 
@@ -132,18 +132,6 @@ class FleetLoop:
     def run(self, stop: threading.Event | None = None, max_ticks: int | None = None,
             wait: Callable[[float], object] | None = None) -> int:
         """Tick on the fleet's grid until ``stop`` is set or ``max_ticks`` ran (as ControlLoop.run)."""
-        stop = stop or threading.Event()
-        wait = wait or self.clock.sleep
-        start_s = self.clock.now_s()
-        k, ran = 0, 0
-        while not stop.is_set() and (max_ticks is None or ran < max_ticks):
-            self.tick()
-            ran += 1
-            now_s = self.clock.now_s()
-            k = max(k + 1, int((now_s - start_s) // self.interval_s) + 1)
-            if max_ticks is not None and ran >= max_ticks:
-                break
-            wait(max(0.0, start_s + k * self.interval_s - now_s))
-        return ran
+        return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait)
 
 

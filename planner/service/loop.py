@@ -317,21 +317,27 @@ class ControlLoop:
     def run(self, stop: threading.Event | None = None, max_ticks: int | None = None,
             wait: Callable[[float], object] | None = None) -> int:
         """Tick on the grid until ``stop`` is set or ``max_ticks`` ran; returns the number of ticks."""
-        stop = stop or threading.Event()
-        wait = wait or self.clock.sleep  # `planner run` passes stop.wait so a signal ends the wait at once
-        start_s = self.clock.now_s()
-        k = 0
-        ran = 0
-        while not stop.is_set() and (max_ticks is None or ran < max_ticks):
-            self.tick()
-            ran += 1
-            now_s = self.clock.now_s()
-            # The next grid point strictly after now: a tick that overran skips the ones it missed.
-            k = max(k + 1, int((now_s - start_s) // self.interval_s) + 1)
-            if max_ticks is not None and ran >= max_ticks:
-                break
-            wait(max(0.0, start_s + k * self.interval_s - now_s))
-        return ran
+        return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait)
+
+
+def run_on_grid(tick: Callable[[], object], clock: Clock, interval_s: float, stop: threading.Event | None = None,
+                max_ticks: int | None = None, wait: Callable[[float], object] | None = None) -> int:
+    """Call ``tick`` on a grid of ``interval_s`` until ``stop`` is set or ``max_ticks`` ran; the tick count."""
+    stop = stop or threading.Event()
+    wait = wait or clock.sleep  # `planner run` passes stop.wait so a signal ends the wait at once
+    start_s = clock.now_s()
+    k = 0
+    ran = 0
+    while not stop.is_set() and (max_ticks is None or ran < max_ticks):
+        tick()
+        ran += 1
+        now_s = clock.now_s()
+        # The next grid point strictly after now: a tick that overran skips the ones it missed.
+        k = max(k + 1, int((now_s - start_s) // interval_s) + 1)
+        if max_ticks is not None and ran >= max_ticks:
+            break
+        wait(max(0.0, start_s + k * interval_s - now_s))
+    return ran
 
 
 def source_name(source: object) -> str:
