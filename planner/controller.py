@@ -176,6 +176,9 @@ class PlannerController:
         # The error budget's measure, one sample per interval over sla.window_s (sla.budget_control).
         self.budget_samples: deque[BudgetSample] = deque(maxlen=int(policy.sla.window_s // policy.interval_s) + 2)
         self.last_budget: SlaBudget | None = None
+        # Where the SLA's promise began, when later than a window ago (None: a rolling window). A replay sets it
+        # to the start of its scored window, so that its warm-up's transient is not spent from the budget.
+        self.budget_since_s: float | None = None
 
     def tick(self, observation: Observation | NoData, now_s: float) -> Decision:
         forecast, fell_back = None, False
@@ -206,7 +209,8 @@ class PlannerController:
             if self.budget_samples and sample.at_s <= self.budget_samples[-1].at_s:
                 self.budget_samples.pop()  # a re-read of the same window replaces the earlier one
             self.budget_samples.append(sample)
-        return budget_status(self.budget_samples, now_s, self.policy.sla.window_s, self.policy.sla.percentile)
+        return budget_status(self.budget_samples, now_s, self.policy.sla.window_s, self.policy.sla.percentile,
+                             self.budget_since_s)
 
     def _rate_cv(self, now_s: float) -> float | None:
         """The arrival rate's burstiness over ``behavior.steady.over_s`` of history (it picks the scale-down

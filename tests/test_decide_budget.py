@@ -201,3 +201,37 @@ def test_off_holds_the_suites_figures_and_on_moves_them() -> None:
     budget = {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING}
     assert not any(budget & set(reasons) for _, reasons in base[1])
     assert sum(bool(budget & set(reasons)) for _, reasons in on[1]) > len(on[1]) / 2
+
+
+def test_a_promise_that_began_later_counts_only_what_came_after_it() -> None:
+    """A replay's warm-up is not part of the SLA's window: its misses do not spend the scored hour's budget."""
+    warm = [BudgetSample(30.0 * i, 1000.0, 900.0) for i in range(1, 11)]  # a cold start: 90 % missed
+    scored = [BudgetSample(300.0 + 30.0 * i, 1000.0, 5.0) for i in range(1, 21)]
+    rolling = budget_status(warm + scored, 900.0, 3600.0, 95.0)
+    since = budget_status(warm + scored, 900.0, 3600.0, 95.0, since_s=300.0)
+    assert rolling is not None and rolling.remaining < 0  # the warm-up alone spent it all
+    assert since is not None and since.requests == 20_000
+    assert since.remaining == pytest.approx(1 - 100 / (0.05 * 20_000))
+    # A promise older than the window changes nothing: the window still rolls.
+    assert budget_status(warm + scored, 900.0, 600.0, 95.0, since_s=0.0) == budget_status(warm + scored, 900.0,
+                                                                                           600.0, 95.0)
+
+
+def test_a_replay_tells_the_controller_where_the_scored_window_begins() -> None:
+    from planner.controller import make_planner_controller
+    from planner.profile import load_profile
+    from planner.sim.cluster.cluster import SimConfig
+    from planner.sim.evaluate.replay import replay
+    from planner.sim.traces.synthetic import constant
+
+    pol = load_policy(REPO / "policies" / "error-budget.yaml")
+    prof = load_profile(pol.profile)
+    tr = constant(15.0, 900.0, isl=1200, osl=200, seed=4)
+    c = make_planner_controller(pol, prof, "last-value", {"prefill": 6, "decode": 2})
+    cfg = SimConfig(startup_s=60.0, sla_ttft_ms=pol.sla.ttft_ms, sla_itl_ms=pol.sla.itl_ms)
+    replay(tr, prof, c, cfg, {"prefill": 6, "decode": 2}, window_s=60.0, score_from_s=300.0)
+    assert c.budget_since_s == 300.0
+    assert c.last_budget is not None
+    assert min(s.at_s for s in c.budget_samples) < 300.0  # measured from the start ...
+    # ... and counted from the scored window: about 15 req/s over the last 600 s, not over 900 s
+    assert c.last_budget.requests == pytest.approx(15.0 * 600.0, rel=0.15)

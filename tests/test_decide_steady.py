@@ -177,3 +177,33 @@ def test_a_bad_steady_block_names_the_key() -> None:
 
     with pytest.raises(UserError, match=r"behavior\.steady\.max_rate_cv"):
         parse_policy(merge(example_data(), {"behavior": {"steady": {"max_rate_cv": 0}}}), "p.yaml")
+
+
+def test_a_burning_error_budget_keeps_the_hedge_on_steady_traffic() -> None:
+    """The steady rules give capacity back at once; while the SLA's budget burns fast (or is not yet measured)
+    the hedge's window holds instead: a budget being spent cannot also pay for a rebound."""
+    from planner.types import SlaBudget
+
+    pol = policy(**BIG, **STEADY, sla={"budget_control": True, "lean_quantile": 0.8})
+    healthy = SlaBudget(remaining=0.9, burn_short=0.5, burn_long=0.4, attainment=0.995, requests=30_000)
+    burning = replace(healthy, burn_short=5.0)
+    rates = [200.0] * 4 + [50.0] * 4
+    out = {}
+    for name, budget in (("healthy", healthy), ("burning", burning), ("unknown", None)):
+        s, state, ready = spec(pol), None, None
+        first, _ = decide(spec(free_policy()), observation(0.0, rates[0]), load_forecast(rates[0]), None, 0.0)
+        ready, decisions = first.targets(), []
+        for i, rate in enumerate(rates):
+            now = 30.0 * (i + 1)
+            forecast = replace(load_forecast(rate), rate_cv=0.1, sla_budget=budget)
+            d, state = decide(s, observation(now, rate, ready=ready), forecast, state, now)
+            ready = d.targets()
+            decisions.append(d)
+        out[name] = decisions
+    high = out["healthy"][3].pools["prefill"].replicas
+    assert out["healthy"][4].pools["prefill"].replicas < high - 2  # steady rules: given back at once
+    assert out["healthy"][4].detail["scale_down_rules"] == "steady"
+    for name in ("burning", "unknown"):
+        assert [d.pools["prefill"].replicas for d in out[name][4:]] == [high] * 4, name
+        assert out[name][4].detail["scale_down_rules"] == "hedge"
+        assert Reason.BUDGET_BURNING in out[name][4].pools["prefill"].reasons

@@ -22,7 +22,8 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
   4. Behaviour (decide/behavior.py): HPA's rules per pool (tolerance, stabilisation windows, rate policies,
      floors, ceilings); a pool missing from the observation or sized from a fallback forecast may scale up
      but not down. The scale-down rules are ``behavior.steady``'s while the forecast's ``rate_cv`` says the
-     arrival rate is steady, the hedge (``behavior.scale_down``) while it is bursty or unknown.
+     arrival rate is steady, the hedge (``behavior.scale_down``) while it is bursty or unknown, or while the
+     error budget burns fast (reason budget_burning).
   5. Budget (decide/budget.py): when the pools together ask for more than ``budget.max_gpus``, the GPUs go
      to the pool under the most SLA pressure, floors first.
   6. Floors: whatever the stages above did, no pool leaves [min_replicas, max_replicas].
@@ -61,15 +62,23 @@ def decide(spec: DeciderSpec, observation: Observation | NoData, forecast: LoadF
     factors, state = calibrate(spec, obs, state, now_s)  # 2
     sized = size_pools(spec, dem, factors)  # 3
     fallback = Reason.FORECAST_FALLBACK in dem.reasons
+    rate_cv = steady_gate(dem, forecast)
     recommended = recommend(spec.policy, {p: 0 if dem.zero else s.replicas for p, s in sized.items()},  # 4
                             _reasons_so_far(dem, factors, sized),
-                            {p: p in obs.pools and not fallback for p in spec.pools}, state, obs, now_s,
-                            forecast.rate_cv if forecast is not None else None)
+                            {p: p in obs.pools and not fallback for p in spec.pools}, state, obs, now_s, rate_cv)
     budgeted, cut = apply_budget(spec, {p: r.replicas for p, r in recommended.items()}, dem, factors)  # 5
     final = hold_floors(spec, budgeted)  # 6
     final, state = idle_window(spec, final, measured_idle(spec, obs), state, now_s)  # 7
-    return _record(spec, dem, factors, sized, recommended, final, cut, state, now_s,
-                   forecast.rate_cv if forecast is not None else None)
+    return _record(spec, dem, factors, sized, recommended, final, cut, state, now_s, rate_cv)
+
+
+def steady_gate(dem: Demand, forecast: LoadForecast | None) -> float | None:
+    """The burstiness that picks the scale-down rules (None: unknown, so the hedge). While the error budget burns
+    fast (or is not yet measured) the hedge holds even on steady traffic: the steady rules give capacity back at
+    once, and a budget already being spent cannot also pay for the rebound that follows a scale-down."""
+    if forecast is None or Reason.BUDGET_BURNING in dem.reasons:
+        return None
+    return forecast.rate_cv
 
 
 def _reasons_so_far(dem: Demand, factors: Factors, sized: Mapping[Pool, Sizing]) -> dict[Pool, tuple[Reason, ...]]:

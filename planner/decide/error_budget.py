@@ -67,10 +67,12 @@ def _burn(samples: Sequence[BudgetSample], since_s: float, allowed: float) -> fl
 
 
 def budget_status(samples: Sequence[BudgetSample], now_s: float, window_s: float,
-                  percentile: float) -> SlaBudget | None:
-    """The budget over the last ``window_s`` (None: fewer than MIN_REQUESTS requests measured in it)."""
+                  percentile: float, since_s: float | None = None) -> SlaBudget | None:
+    """The budget over the last ``window_s``, or since ``since_s`` where the promise began later (a replay's
+    scored window: its warm-up is not part of the SLA); None: fewer than MIN_REQUESTS requests measured."""
     allowed = 1.0 - percentile / 100.0
-    recent = [s for s in samples if now_s - window_s < s.at_s <= now_s]
+    start_s = now_s - window_s if since_s is None else max(now_s - window_s, since_s)
+    recent = [s for s in samples if start_s < s.at_s <= now_s]
     counted = sum(s.counted for s in recent)
     if counted < MIN_REQUESTS:
         return None

@@ -40,6 +40,8 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
            initial: Mapping[str, int], window_s: float, sample_s: float = 30.0,
            progress: Callable[[float], None] | None = None, score_from_s: float = 0.0) -> Replay:
     cluster = Cluster(trace, profile, config, initial)
+    if hasattr(controller, "budget_since_s"):
+        controller.budget_since_s = score_from_s  # the SLA's window is the scored one (the warm-up is not)
     source = SimMetricSource(cluster)
     actuator = SimActuator(cluster)
     interval = float(controller.interval_s)
