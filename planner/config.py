@@ -50,8 +50,8 @@ class SLA(_Strict):
     # budget (decide/error_budget.py): size at lean_quantile of the forecast while the budget is healthy, at
     # forecast.quantile when it burns fast. Off: forecast.quantile always.
     window_s: float = Field(3600.0, ge=600.0, le=30 * 86400.0)
-    budget_control: bool = False
-    lean_quantile: float = Field(0.5, ge=0.5, le=0.99)
+    budget_control: bool = True
+    lean_quantile: float = Field(0.75, ge=0.5, le=0.99)
 
 
 class Budget(_Strict):
@@ -67,7 +67,7 @@ class ForecastConfig(_Strict):
     # 0.8: a higher quantile buys GPU-hours for attainment already far above the SLA percentile, a lower one
     # falls below the offline schedule's attainment on bursty scenarios (README, "Headline benchmark": the
     # targets' notes on the shipped defaults; `planner bench suite` and `planner backtest --frontier`).
-    quantile: float = Field(0.8, ge=0.5, le=0.99)
+    quantile: float = Field(0.85, ge=0.5, le=0.99)
     history_s: float = Field(6 * 3600.0, gt=0)
 
 
@@ -124,7 +124,7 @@ class Behavior(_Strict):
     # rate is steady. Off by default: on steady traffic it saves GPU-hours, but over several arrival seeds it
     # falls below the SLA percentile in runs where the hedge does not (README, "Scale-down rules for steady
     # traffic, and one seed's luck").
-    steady: Steady | None = None
+    steady: Steady | None = Field(default_factory=Steady)
 
     def is_steady(self, rate_cv: float | None) -> bool:
         """Whether the steady rules apply at this burstiness (``rate_cv`` None: unknown, so the hedge)."""

@@ -10,7 +10,7 @@ from planner.bench.seeds import Run, summary, target_lines
 from planner.cli import run
 from tests.support.decide_support import REPO
 
-STEADY = REPO / "policies" / "steady-scale-down.yaml"
+HEDGE = REPO / "policies" / "hedge.yaml"
 EXAMPLE = REPO / "policies" / "example.yaml"
 
 
@@ -72,13 +72,13 @@ def test_a_missing_policy_is_named_before_the_traces_are_checked(command, capsys
 def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")  # the table's width, whether or not a terminal is attached to the run
     out = tmp_path / "seeds.json"
-    rc = run(["bench", "seeds", "--policy", str(EXAMPLE), "--policy", str(STEADY), "--scenarios", "chat-docs",
+    rc = run(["bench", "seeds", "--policy", str(HEDGE), "--policy", str(EXAMPLE), "--scenarios", "chat-docs",
               "--seeds", "1", "--workers", "2", "--out", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     doc = json.loads(out.read_text())
-    example, steady = doc["runs"]
-    assert (example["policy"], steady["policy"]) == (str(EXAMPLE), str(STEADY))
+    example, steady = doc["runs"]  # the hedge first (the reference), then the example with its steady rules
+    assert (example["policy"], steady["policy"]) == (str(HEDGE), str(EXAMPLE))
     assert example["scenario"] == steady["scenario"] == "chat-docs" and example["seed"] == steady["seed"] == 0
     # The chat-docs rate is steady (its 10-minute burstiness is about 0.19 against the 0.3 threshold), so the
     # steady rules give capacity back sooner and spend fewer GPU-hours on the same trace.

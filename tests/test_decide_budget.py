@@ -105,19 +105,27 @@ def test_a_healthy_budget_sizes_leaner_and_a_burning_one_as_the_policy_always_di
 
 
 def test_lean_above_the_conservative_quantile_names_the_key() -> None:
-    with pytest.raises(UserError, match=r"sla\.lean_quantile 0\.9 must be <= forecast\.quantile 0\.8"):
+    with pytest.raises(UserError, match=r"sla\.lean_quantile 0\.9 must be <= forecast\.quantile 0\.8 "):
         free_policy(sla={"budget_control": True, "lean_quantile": 0.9})
 
 
-def test_error_budget_yaml_is_the_example_with_the_budget_on() -> None:
+def test_hedge_yaml_is_the_example_without_spending_the_budget() -> None:
+    """policies/hedge.yaml, the reference the example is measured against, differs from it only where the
+    example spends the SLA: the budget stage, its lean quantile, the forecast quantile and the steady rules."""
     example = yaml.safe_load(EXAMPLE.read_text())
-    budget = yaml.safe_load((REPO / "policies" / "error-budget.yaml").read_text())
-    assert example["sla"]["budget_control"] is False and budget["sla"]["budget_control"] is True
-    for data in (example, budget):
+    hedge = yaml.safe_load((REPO / "policies" / "hedge.yaml").read_text())
+    assert example["sla"]["budget_control"] is True and hedge["sla"]["budget_control"] is False
+    assert (example["forecast"]["quantile"], hedge["forecast"]["quantile"]) == (0.85, 0.8)
+    assert hedge["behavior"]["steady"] is None and example["behavior"]["steady"]["max_rate_cv"] == 0.3
+    for data in (example, hedge):
         data.pop("name")
-        data["sla"].pop("budget_control")
-    assert budget == example
-    assert load_policy(REPO / "policies" / "error-budget.yaml").sla.budget_control
+        for key in ("budget_control", "lean_quantile"):
+            data["sla"].pop(key)
+        data["forecast"].pop("quantile")
+        data["behavior"].pop("steady")
+    assert hedge == example
+    pol = load_policy(REPO / "policies" / "hedge.yaml")
+    assert not pol.sla.budget_control and pol.behavior.steady is None and pol.forecast.quantile == 0.8
 
 
 def test_the_simulated_source_counts_what_met_the_targets() -> None:
@@ -153,7 +161,7 @@ def test_the_controller_measures_the_budget_in_a_replay_and_spends_it() -> None:
     from planner.sim.evaluate.replay import replay
     from planner.sim.traces.synthetic import constant
 
-    pol = load_policy(REPO / "policies" / "error-budget.yaml")
+    pol = load_policy(EXAMPLE)
     prof = load_profile(pol.profile)
     tr = constant(15.0, 1500.0, isl=1200, osl=200, seed=4)
     c = make_planner_controller(pol, prof, "last-value", {"prefill": 6, "decode": 2})
@@ -174,16 +182,17 @@ def test_the_controller_measures_the_budget_in_a_replay_and_spends_it() -> None:
 
 
 def test_off_holds_the_suites_figures_and_on_moves_them() -> None:
-    """The off switch keeps the suite's planner row exactly: a quick suite scenario replayed under the example
-    as shipped and with ``sla.budget_control: false`` written out gives the same decisions, GPU-hours and
-    attainment; with it on, the same replay runs the budget stage (its reasons on most decisions), so the
-    comparison would see a switch that did not switch."""
+    """The off switch is off: a quick suite scenario replayed under policies/hedge.yaml (the example as it
+    shipped before it spent the budget) and under the same file with ``sla.budget_control: false`` written out
+    again gives the same decisions, GPU-hours and attainment, and no budget reason; the example (budget on)
+    runs the budget stage on most decisions, so the comparison would see a switch that did not switch."""
     from planner.bench import scenarios
     from planner.sim.evaluate.backtest import planner_run, score_run, sim_setup
 
     s = scenarios.pick(["chat-docs"])[0]
+    hedge = scenarios.scenario_policy(REPO / "policies" / "hedge.yaml")
     shipped = scenarios.scenario_policy()
-    assert shipped.sla.budget_control is False
+    assert hedge.sla.budget_control is False and shipped.sla.budget_control is True
     trace = scenarios.scenario_trace(s, None, quick=True)
     profile = scenarios.scenario_profile(s, shipped)
 
@@ -192,10 +201,8 @@ def test_off_holds_the_suites_figures_and_on_moves_them() -> None:
         summary, rep = score_run(planner_run(ctx, None), ctx, config)
         return summary, [(d.targets(), d.reasons) for d in rep.decisions]
 
-    def with_budget(on: bool) -> PolicyFile:
-        return shipped.model_copy(update={"sla": shipped.sla.model_copy(update={"budget_control": on})})
-
-    base, off, on = row(shipped), row(with_budget(False)), row(with_budget(True))
+    off_again = hedge.model_copy(update={"sla": hedge.sla.model_copy(update={"budget_control": False})})
+    base, off, on = row(hedge), row(off_again), row(shipped)
     assert off[1] == base[1]
     assert (off[0]["gpu_hours"], off[0]["attainment_joint"]) == (base[0]["gpu_hours"], base[0]["attainment_joint"])
     budget = {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING}
@@ -224,7 +231,7 @@ def test_a_replay_tells_the_controller_where_the_scored_window_begins() -> None:
     from planner.sim.evaluate.replay import replay
     from planner.sim.traces.synthetic import constant
 
-    pol = load_policy(REPO / "policies" / "error-budget.yaml")
+    pol = load_policy(EXAMPLE)
     prof = load_profile(pol.profile)
     tr = constant(15.0, 900.0, isl=1200, osl=200, seed=4)
     c = make_planner_controller(pol, prof, "last-value", {"prefill": 6, "decode": 2})

@@ -158,16 +158,10 @@ def test_the_controller_measures_burstiness_only_when_steady_rules_are_configure
     assert prefill(with_steady) < prefill(hedged)  # replica-intervals: capacity given back sooner
 
 
-def test_steady_scale_down_yaml_is_the_example_with_steady_rules() -> None:
-    example = yaml.safe_load(EXAMPLE.read_text())
-    steady = yaml.safe_load((REPO / "policies" / "steady-scale-down.yaml").read_text())
-    assert example["behavior"]["steady"] is None and steady["behavior"]["steady"]["max_rate_cv"] == 0.3
-    for data in (example, steady):
-        data.pop("name")
-        data["behavior"].pop("steady")
-    assert steady == example
-    pol = load_policy(REPO / "policies" / "steady-scale-down.yaml")
+def test_the_example_ships_the_steady_rules() -> None:
+    pol = load_policy(EXAMPLE)
     assert pol.behavior.steady == Steady()
+    assert pol.behavior.steady.scale_down.stabilization_window_s == 0
 
 
 def test_a_bad_steady_block_names_the_key() -> None:

@@ -16,6 +16,9 @@ from planner.types import QUANTILES, Decision, Forecast, LoadForecast, Observati
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "policies" / "example.yaml"
+# The decide tables are written against the hedge (no error budget, no steady rules, quantile 0.8): each stage is
+# tested alone there, and the tests of the budget and the steady rules turn them on where they test them.
+HEDGE = REPO / "policies" / "hedge.yaml"
 PROFILE = load_profile(REPO / "profiles" / "h200" / "qwen3-32b.json")
 ISL, OSL = 1155.0, 211.0
 
@@ -35,8 +38,8 @@ def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def policy(**over: Any) -> PolicyFile:
-    """The example policy with overrides (nested dicts merge); the profile is the shipped Qwen3-32B one."""
-    data = merge(example_data(), over)
+    """policies/hedge.yaml with overrides (nested dicts merge); the profile is the shipped Qwen3-32B one."""
+    data = merge(yaml.safe_load(HEDGE.read_text()), over)
     data["profile"] = str(REPO / "profiles" / "h200" / "qwen3-32b.json")
     return parse_policy(data, "test-policy")
 
