@@ -242,3 +242,15 @@ def test_a_replay_tells_the_controller_where_the_scored_window_begins() -> None:
     assert min(s.at_s for s in c.budget_samples) < 300.0  # measured from the start ...
     # ... and counted from the scored window: about 15 req/s over the last 600 s, not over 900 s
     assert c.last_budget.requests == pytest.approx(15.0 * 600.0, rel=0.15)
+
+
+def test_error_budget_yaml_is_the_hedge_with_the_budget_on() -> None:
+    """policies/error-budget.yaml reproduces the README's first error-budget study: the hedge, budget on."""
+    hedge = yaml.safe_load((REPO / "policies" / "hedge.yaml").read_text())
+    budget = yaml.safe_load((REPO / "policies" / "error-budget.yaml").read_text())
+    assert hedge["sla"]["budget_control"] is False and budget["sla"]["budget_control"] is True
+    for data in (hedge, budget):
+        data.pop("name")
+        data["sla"].pop("budget_control")
+    assert budget == hedge
+    assert load_policy(REPO / "policies" / "error-budget.yaml").sla.lean_quantile == 0.5

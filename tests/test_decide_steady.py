@@ -201,3 +201,15 @@ def test_a_burning_error_budget_keeps_the_hedge_on_steady_traffic() -> None:
         assert [d.pools["prefill"].replicas for d in out[name][4:]] == [high] * 4, name
         assert out[name][4].detail["scale_down_rules"] == "hedge"
         assert Reason.BUDGET_BURNING in out[name][4].pools["prefill"].reasons
+
+
+def test_steady_scale_down_yaml_is_the_hedge_with_steady_rules() -> None:
+    hedge = yaml.safe_load((REPO / "policies" / "hedge.yaml").read_text())
+    steady = yaml.safe_load((REPO / "policies" / "steady-scale-down.yaml").read_text())
+    assert hedge["behavior"]["steady"] is None and steady["behavior"]["steady"]["max_rate_cv"] == 0.3
+    for data in (hedge, steady):
+        data.pop("name")
+        data["behavior"].pop("steady")
+    assert steady == hedge
+    pol = load_policy(REPO / "policies" / "steady-scale-down.yaml")
+    assert pol.behavior.steady == Steady() and not pol.sla.budget_control

@@ -225,3 +225,19 @@ def test_the_offline_search_also_starts_from_the_clairvoyant_planner_with_free_s
     assert seed["gpu_hours"] < result.report["policies"]["planner"]["gpu_hours"]  # the cheap start it exists for
     assert not dominates(seed, off)
     assert off["simulations"] >= 3 * 1  # a search per group: reported runs, quantile seeds (none here), free seed
+
+
+@pytest.mark.parametrize("q, lean", [(0.5, 0.5), (0.7, 0.6), (0.85, 0.75), (0.99, 0.89)])
+def test_the_quantile_knob_moves_the_lean_quantile_with_it(q: float, lean: float) -> None:
+    """As shipped the error budget is spent (lean 0.75 under 0.85): each frontier point keeps that gap, so a
+    point with more headroom is not capped at the shipped lean quantile while the budget is healthy."""
+    from planner.policy_file import load_policy
+    from planner.sim.evaluate.backtest import with_quantile
+    from tests.support.decide_support import EXAMPLE, HEDGE
+
+    shipped = load_policy(EXAMPLE)
+    moved = with_quantile(shipped, q)
+    assert moved.forecast.quantile == q and moved.sla.lean_quantile == pytest.approx(lean)
+    assert moved.sla.lean_quantile <= moved.forecast.quantile
+    hedge = with_quantile(load_policy(HEDGE), q)  # budget off: the lean quantile is not read, and not moved
+    assert hedge.forecast.quantile == q and hedge.sla.lean_quantile == load_policy(HEDGE).sla.lean_quantile

@@ -258,8 +258,15 @@ def _replay_all(runs: list[Run], ctx: BaselineContext, config: SimConfig,
 
 
 def with_quantile(policy: PolicyFile, quantile: float) -> PolicyFile:
-    """``policy`` with its forecast quantile set to ``quantile`` (the planner's headroom knob)."""
-    return policy.model_copy(update={"forecast": policy.forecast.model_copy(update={"quantile": quantile})})
+    """``policy`` with its forecast quantile set to ``quantile`` (the planner's headroom knob). With the error
+    budget spent (``sla.budget_control``) the lean quantile moves with it, the same distance below (never under
+    0.5): a knob that moved only the conservative quantile would leave the lean one capping every point's
+    attainment while the budget is healthy (0.85 and 0.75 as shipped: 0.95 sizes at 0.85 while healthy)."""
+    update: dict = {"forecast": policy.forecast.model_copy(update={"quantile": quantile})}
+    if policy.sla.budget_control:
+        gap = policy.forecast.quantile - policy.sla.lean_quantile
+        update["sla"] = policy.sla.model_copy(update={"lean_quantile": max(0.5, quantile - gap)})
+    return policy.model_copy(update=update)
 
 
 def free_clairvoyant_run(ctx: BaselineContext) -> Run:
