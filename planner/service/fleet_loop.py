@@ -134,6 +134,6 @@ class FleetLoop:
     def run(self, stop: threading.Event | None = None, max_ticks: int | None = None,
             wait: Callable[[float], object] | None = None) -> int:
         """Tick on the fleet's grid until ``stop`` is set or ``max_ticks`` ran (as ControlLoop.run)."""
-        return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait, self.wake_signal.event)
+        return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait)
 
 

@@ -44,7 +44,7 @@ from planner.clock import Clock
 from planner.service.decisions import DecisionLog, tick_record
 from planner.service.monitor import MissingSignalMonitor
 from planner.service.seed import ready_replicas, seeded_state
-from planner.service.wake import WakeSignal, pause, with_waiting
+from planner.service.wake import WakeSignal, with_waiting
 from planner.telemetry import (
     PlannerMetrics,
     record_decision,
@@ -332,14 +332,14 @@ class ControlLoop:
     def run(self, stop: threading.Event | None = None, max_ticks: int | None = None,
             wait: Callable[[float], object] | None = None) -> int:
         """Tick on the grid until ``stop`` is set or ``max_ticks`` ran; returns the number of ticks."""
-        return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait, self.wake_signal.event)
+        return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait)
 
 
 def run_on_grid(tick: Callable[[], object], clock: Clock, interval_s: float, stop: threading.Event | None = None,
-                max_ticks: int | None = None, wait: Callable[[float], object] | None = None,
-                woken: threading.Event | None = None) -> int:
+                max_ticks: int | None = None, wait: Callable[[float], object] | None = None) -> int:
     """Call ``tick`` on a grid of ``interval_s`` until ``stop`` is set or ``max_ticks`` ran; the tick count.
-    ``woken`` set (a wake signal) ticks at once, off the grid; the grid goes on where it was."""
+    A ``wait`` that returns before the grid point (a wake: service/wake.py wait_or_wake) ticks at once, off
+    the grid; the grid goes on where it was."""
     stop = stop or threading.Event()
     wait = wait or clock.sleep  # `planner run` passes stop.wait so a signal ends the wait at once
     start_s = clock.now_s()
@@ -356,7 +356,7 @@ def run_on_grid(tick: Callable[[], object], clock: Clock, interval_s: float, sto
             due_s = start_s + k * interval_s
         if max_ticks is not None and ran >= max_ticks:
             break
-        pause(wait, clock, due_s, stop, woken)
+        wait(max(0.0, due_s - now_s))
     return ran
 
 

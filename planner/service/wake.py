@@ -5,20 +5,20 @@ request for a policy with no replica in rotation; Knative's activator is the mod
   observation's ``waiting`` (decide() wakes a policy at zero on them: the engines' metrics cannot show them,
   there is no engine), and an event that cuts the wait for the next grid point short, so the loop ticks at
   once instead of up to ``interval_s`` later.
-- ``pause`` is that wait: for the grid point, or until the event is set (then the loop ticks off the grid and
-  keeps its grid).
+- ``wait_or_wake`` is the wait between ticks: for the grid point, or until the event is set (then the loop
+  ticks off the grid and keeps its grid: service/loop.py run_on_grid).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from planner.clock import Clock
 from planner.types import NoData, Observation
 
-POLL_S = 0.1  # how often a wait looks at the wake event (and at stop, through ``wait``)
+POLL_S = 0.1  # how often a wait looks at the wake event
 
 
 class WakeSignal:
@@ -47,17 +47,19 @@ def with_waiting(observation: Observation | NoData, waiting: int, now_s: float, 
     return Observation(now_s, window_s, {}, waiting=waiting)
 
 
-def pause(wait: Callable[[float], object], clock: Clock, due_s: float, stop: threading.Event,
-          woken: threading.Event | None) -> None:
-    """Wait until ``due_s`` (clock time) or until ``woken`` is set (cleared here: the caller ticks now)."""
-    if woken is None:
-        wait(max(0.0, due_s - clock.now_s()))
-        return
-    while not stop.is_set():
-        if woken.is_set():
-            woken.clear()
-            return
-        left = due_s - clock.now_s()
-        if left <= 0:
-            return
-        wait(min(left, POLL_S))
+def wait_or_wake(stop: threading.Event, woken: threading.Event) -> Callable[[float], None]:
+    """The wait between ticks of `planner run`: ``seconds`` of real time, ended early by ``stop`` or by a wake
+    (``woken``, cleared here: the loop then ticks at once, off its grid, and keeps the grid)."""
+
+    def wait(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            if woken.is_set():
+                woken.clear()
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            stop.wait(min(left, POLL_S))
+
+    return wait
