@@ -169,6 +169,10 @@ class Cluster:
         self.next_arrival = i
         self.now = max(self.now, t_end)
 
+    def held(self) -> int:
+        """Requests waiting for a READY replica of the pool every request starts in (the router holds them)."""
+        return self._fleet.held()
+
     def enter_s(self, req: int) -> float:
         """When request ``req`` reaches its first pool (its arrival plus the front end's share)."""
         return self._enter_s[req]

@@ -74,6 +74,10 @@ class Fleet:
         self._admit_prompt = admit_prompt
         self._accept_sequence = accept_sequence
 
+    def held(self) -> int:
+        """Requests in the pending queue of the pool every request starts in (prefill, or aggregated)."""
+        return len(self._prefill_pending) if "prefill" in self.pending else len(self._sequence_pending)
+
     # ------------------------------------------------------------------------------------------ routing
     def route_prompt(self, req: int, now_s: float) -> None:
         """To the READY prefill replica with the fewest queued prompt tokens (an idle one has none)."""

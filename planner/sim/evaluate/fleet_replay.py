@@ -30,7 +30,7 @@ from planner.decide.fleet import PolicyAsk, PoolAsk, fit_fleet
 from planner.decide.spec import DeciderSpec
 from planner.fleet import FleetPlanner
 from planner.fleet_file import Fleet
-from planner.router.defaults import HOLD_TIMEOUT_S
+from planner.router.defaults import HOLD_TIMEOUT_S, WAKE_REPEAT_S
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
 from planner.sim.evaluate.backtest import sim_setup
@@ -114,7 +114,7 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     slept_at: dict[str, float | None] = {n: (0.0 if not any(v > 0 for v in initial[n].values()) else None)
                                          for n in clusters}
     next_tick, next_sample, last_progress = interval, 0.0, -math.inf
-    woken_by: dict[str, int] = dict.fromkeys(clusters, -1)  # the arrival that last woke each policy
+    signalled: dict[str, float] = dict.fromkeys(clusters, -math.inf)  # the router's last wake signal per policy
 
     def fleet_tick(t: float) -> None:
         nonlocal starts, cold
@@ -139,13 +139,21 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
             ticks.append(tick.summary())
 
     def next_wake() -> tuple[float, str | None]:
-        """The first request still to come for a policy at zero (it wakes the fleet when it arrives)."""
+        """When the router next signals a policy at zero: at the first request it holds, and again every
+        WAKE_REPEAT_S while it still holds some (the wake tick may grant nothing: the budget binds)."""
         best: tuple[float, str | None] = (math.inf, None)
         if not wake:
             return best
         for name, c in clusters.items():
-            if slept_at[name] is not None and c.next_arrival < c.log.count and c.next_arrival > woken_by[name]:
-                best = min(best, (c.enter_s(c.next_arrival), name), key=lambda x: x[0])
+            if slept_at[name] is None:
+                continue
+            if c.held():
+                at = signalled[name] + WAKE_REPEAT_S
+            elif c.next_arrival < c.log.count:
+                at = max(c.enter_s(c.next_arrival), signalled[name] + WAKE_REPEAT_S)
+            else:
+                continue
+            best = min(best, (at, name), key=lambda x: x[0])
         return best
 
     while True:
@@ -160,8 +168,9 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
             fleet_tick(t)
             next_tick += interval
         elif t == wake_s and waking is not None:
-            woken_by[waking] = clusters[waking].next_arrival - 1  # the one that arrived now (run_until took it)
-            fleet_tick(t)
+            signalled[waking] = t
+            if clusters[waking].held():  # a request arrived (or still waits) for it: the fleet ticks now
+                fleet_tick(t)
         if progress is not None and t - last_progress >= 60.0:
             progress("fleet" if shared else "unshared", min(t, last_arrival), last_arrival)
             last_progress = t
