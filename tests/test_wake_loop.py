@@ -132,5 +132,6 @@ def test_a_policy_that_never_sleeps_is_not_woken_and_still_holds_on_no_data() ->
     assert loop.wake(5) is False
     clock.advance(30)
     result = loop.tick()
-    assert isinstance(result.observation, NoData) and Reason.NO_DATA_HOLD in result.decision.reasons
+    assert result.decision is not None and Reason.NO_DATA_HOLD in result.decision.reasons
+    assert isinstance(result.observation, NoData)
     assert actuator.current == before

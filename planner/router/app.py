@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,7 @@ async def _watch(backends: Backends, holding: Holding | None = None) -> None:
 
 
 def _wake_sender(holder: dict[str, Proxy], wake: Wake | None, metrics: RouterMetrics
-                 ) -> Callable[[int], Awaitable[None]] | None:
+                 ) -> Callable[[int], Coroutine[Any, Any, None]] | None:
     """The wake signal: ``POST {url}/v1/wake`` with the policy and the requests held; a failure is counted and
     logged (the hold goes on, and the signal is repeated while requests wait)."""
     if wake is None:

@@ -19,8 +19,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from planner.router.defaults import RETRY_AFTER_S, WAKE_REPEAT_S
 from planner.telemetry import RouterMetrics
@@ -39,7 +40,7 @@ class Refused:
 
 class Holding:
     def __init__(self, pools: Sequence[str], in_rotation: Callable[[str], int], metrics: RouterMetrics, *,
-                 max_held: int, timeout_s: float, wake: Callable[[int], Awaitable[None]] | None = None) -> None:
+                 max_held: int, timeout_s: float, wake: Callable[[int], Coroutine[Any, Any, None]] | None = None) -> None:
         self.pools = tuple(pools)
         self.in_rotation = in_rotation
         self.metrics = metrics
