@@ -194,6 +194,7 @@ def test_the_first_request_wakes_a_policy_at_zero_at_once(tmp_path) -> None:  # 
         decisions = httpx.get(api + "/v1/decisions", timeout=10).json()["decisions"]
         assert decisions[-1]["decision"]["pools"]["aggregated"]["replicas"] == 1
         assert "wake_together" in decisions[-1]["decision"]["reasons"]
+        assert decisions[-1]["observation"] == {"pools": {}, "waiting_at_router": 1}  # no series: the router's word
         assert sample(url, "planner_router_wake_signals_total", outcome="ok") == 1
         assert sample(url, "planner_router_held_requests_total") == 1
     finally:

@@ -69,7 +69,9 @@ def register(app: typer.Typer) -> None:
                                  hold=Hold(hold_queue, hold_timeout_s) if hold_queue else None,
                                  wake=Wake(wake_url, pol.name, token) if wake_url else None)
         Console(stderr=True).print(f"routing {pol.mode.value} requests on http://{host}:{port} to the replicas "
-                                   f"in {targets}")
+                                   f"in {targets}" + (f"; holding up to {hold_queue} requests {hold_timeout_s:g} s "
+                                                      "while none is in rotation" if hold_queue else "")
+                                   + (f"; wake signal to {wake_url}" if wake_url else ""))
         uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
 
 
