@@ -40,9 +40,10 @@ IDLE_S = 180.0
 FULL_S, QUICK_S = 3600.0, 1200.0  # scored, after a warm-up (as the suite: 600 s, quick 240 s)
 WARMUP_S, QUICK_WARMUP_S = 600.0, 240.0
 BURST = (0.55, 1 / 6, 4.0)  # the burst: starts past half the trace, lasts a sixth of it, at 4x the base rate
-# Sized to bind during the burst: the floors are 24 GPUs (8 models x 1 prefill + 1 two-GPU decode), the two
-# large models peak near 30 GPUs above theirs, and the same planners without the budget near 65 in all.
-BUDGET_GPUS = 56
+# Sized to bind during the burst: the two priority-10 models peak at 33 GPUs (conv 9 prefill + 2 two-GPU
+# decode, code 8 two-GPU prefill + 1 four-GPU decode) and the burst model at 9; with the sparse models awake
+# then, the same planners without the budget reach 49 (full run). Floors: 12 GPUs (33 with --no-zero).
+BUDGET_GPUS = 44
 
 
 @dataclass(frozen=True)
