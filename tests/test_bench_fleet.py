@@ -57,6 +57,15 @@ def test_a_sparse_model_falls_asleep_within_its_idle_stretch(quick: bool) -> Non
         assert policy.scales_to_zero() and policy.scale_to_zero_after_s + policy.interval_s < idle_s
 
 
+def test_the_default_budget_binds_above_the_floors_either_way() -> None:
+    """Sleeping sparse models free their floors, so the budget that binds during the burst is smaller; held
+    (--no-zero), their floors need a larger one or they would clamp the priority-10 models."""
+    asleep, _ = bench_fleet(quick=True, traces_dir=_traces())
+    awake, _ = bench_fleet(quick=True, traces_dir=_traces(), zero=False)
+    floors = [sum(m.floor_gpus for m in f.members) for f in (asleep, awake)]
+    assert floors[0] < asleep.max_gpus < awake.max_gpus and floors[1] < awake.max_gpus
+
+
 def test_a_budget_below_the_floors_is_refused(capsys) -> None:  # noqa: ANN001
     rc = run(["bench", "fleet", "--quick", "--budget-gpus", "10"])
     assert rc == 2 and "--budget-gpus: 10 is below the models' floors" in capsys.readouterr().err
