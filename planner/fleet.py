@@ -104,15 +104,20 @@ def policy_ask(name: str, priority: int, policy: Policy, decision: Decision, bef
     """What ``decision`` asks of the fleet, each replica above the floor priced by ``look`` (None: unpriced);
     ``held``: it keeps what it has (as a decision held for missing data does)."""
     held = held or Reason.NO_DATA_HOLD in decision.reasons
+    # A pool held for missing data keeps what it holds: missing data never takes GPUs away.
+    floors = {pool: pd.replicas if held else min(pd.replicas, policy.pool(pool).min_replicas)
+              for pool, pd in decision.pools.items()}
+    # Its SLA frontier, where more than one pool can grow: what each size carries of the load.
+    frontier = look is not None and sum(pd.replicas > floors[p] for p, pd in decision.pools.items()) > 1
     pools = {}
     for pool, pd in decision.pools.items():
-        # A pool held for missing data keeps what it holds: missing data never takes GPUs away.
-        floor = pd.replicas if held else min(pd.replicas, policy.pool(pool).min_replicas)
+        floor = floors[pool]
         costs = (tuple(look.pressure(Pool(pool), c) for c in range(floor, pd.replicas))
                  if look is not None else ())
+        carries = look.carries(Pool(pool), floor, pd.replicas) if frontier and look is not None else ()
         before_pool = before.pool(pool) if before is not None else None
         pools[pool] = PoolAsk(pd.replicas, pd.gpus_per_replica, floor, costs,
-                              before_pool.target if before_pool is not None else None)
+                              before_pool.target if before_pool is not None else None, carries)
     return PolicyAsk(name, priority, pools, together=policy.scales_to_zero())
 
 

@@ -27,6 +27,8 @@ ENGINE_EVENTS = ("launched", "ready", "start_timeout", "start_failed", "crashed"
                  "drained", "drain_timeout", "killed")
 ROUTER_OUTCOMES = ("ok", "client_error", "failed")
 ROUTER_ERRORS = ("connect", "upstream_5xx", "timeout", "mid_stream", "no_replica")
+ROUTER_HOLD_REFUSALS = ("queue_full", "timeout")  # why a request held for want of a replica got 503
+HOLD_BUCKETS_S = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0)
 TICK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -152,6 +154,17 @@ class RouterMetrics:
         self.outstanding = Gauge("planner_router_outstanding", "Requests in flight on each replica through "
                                  "the router.", ["pool", "replica"], registry=r)
         self.replicas = Gauge("planner_router_replicas", "Replicas in rotation.", ["pool"], registry=r)
+        # Scale to zero (router/hold.py): requests held while a pool the route needs has no replica in rotation.
+        self.held = Gauge("planner_router_held", "Requests held now, waiting for a replica in rotation.",
+                          registry=r)
+        self.held_requests = Counter("planner_router_held_requests", "Requests held for want of a replica in "
+                                     "rotation (released when one enters it, or refused).", registry=r)
+        self.hold_refused = Counter("planner_router_hold_refused", "Held requests answered 503 with Retry-After, "
+                                    "by why (queue_full, timeout).", ["why"], registry=r)
+        self.hold_seconds = Histogram("planner_router_hold_seconds", "How long released requests were held.",
+                                      buckets=HOLD_BUCKETS_S, registry=r)
+        self.wake_signals = Counter("planner_router_wake_signals", "Wake signals sent to the controller "
+                                    "(POST /v1/wake), by outcome (ok, failed).", ["outcome"], registry=r)
 
 
 def exported_series_names(metrics: PlannerMetrics | None = None) -> frozenset[str]:

@@ -122,6 +122,9 @@ class Observation:
     at_s: float
     window_s: float
     pools: Mapping[str, PoolObservation]
+    # Requests held at the router for want of a ready replica (`planner route`'s wake signal): traffic the
+    # engines' metrics cannot show while a policy is at zero (no replica, no series). 0: none known.
+    waiting: int = 0
 
 
 class NoDataReason(StrEnum):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.bench.fleet import MODELS, PERIOD_S, bench_fleet, model_trace
+from planner.bench.fleet import BUSY_S, MODELS, PERIOD_S, QUICK_PERIOD_S, bench_fleet, model_trace
 from planner.bench.scenarios import default_traces_dir
 from planner.cli import run
 
@@ -45,6 +45,27 @@ def test_a_full_sparse_model_is_busy_8_minutes_in_30() -> None:
     assert t.max() - t.min() > PERIOD_S and ((t - m.busy_phase * PERIOD_S) % PERIOD_S < 480.0).all()
 
 
+@pytest.mark.parametrize("quick", [True, False])
+def test_a_sparse_model_falls_asleep_within_its_idle_stretch(quick: bool) -> None:
+    """The idle window (scale_to_zero_after_s) plus a tick is shorter than the idle stretch between two busy
+    windows, in the quick run as in the full one: otherwise the sparse models never give their GPUs back."""
+    fleet, _ = bench_fleet(quick=quick, traces_dir=_traces())
+    period = QUICK_PERIOD_S if quick else PERIOD_S
+    idle_s = period * (1 - BUSY_S / PERIOD_S)
+    for m in (m for m in MODELS if m.busy_phase is not None):
+        policy = fleet.member(m.name).policy
+        assert policy.scales_to_zero() and policy.scale_to_zero_after_s + policy.interval_s < idle_s
+
+
+def test_the_default_budget_binds_above_the_floors_either_way() -> None:
+    """Sleeping sparse models free their floors, so the budget that binds during the burst is smaller; held
+    (--no-zero), their floors need a larger one or they would clamp the priority-10 models."""
+    asleep, _ = bench_fleet(quick=True, traces_dir=_traces())
+    awake, _ = bench_fleet(quick=True, traces_dir=_traces(), zero=False)
+    floors = [sum(m.floor_gpus for m in f.members) for f in (asleep, awake)]
+    assert floors[0] < asleep.max_gpus < awake.max_gpus and floors[1] < awake.max_gpus
+
+
 def test_a_budget_below_the_floors_is_refused(capsys) -> None:  # noqa: ANN001
     rc = run(["bench", "fleet", "--quick", "--budget-gpus", "10"])
     assert rc == 2 and "--budget-gpus: 10 is below the models' floors" in capsys.readouterr().err
@@ -64,3 +85,12 @@ def test_bench_fleet_quick_reports_the_fleet(tmp_path: Path, capsys) -> None:  #
     assert all(p["clamped_ticks"] == 0 for p in top)  # the high priorities keep their SLA sizes
     assert report["checks"]["failed_requests"] == 0
     assert set(f) >= {"budget_gpus", "max_gpus_used", "gpu_hours", "cold_starts"}
+    assert 0 < f["max_gpus_used"] <= f["budget_gpus"] and f["gpu_hours"] > 0
+    for name, p in report["policies"].items():  # per policy: its scores against its SLA, its GPUs, its wakes
+        assert {"attainment_joint", "gpu_hours", "sla_met", "failed_requests", "clamped_ticks"} <= set(p), name
+        assert p["failed_requests"] == 0 and p["cold_starts"]["failed"] == 0
+    sparse = [m.name for m in MODELS if m.busy_phase is not None]
+    assert all(report["policies"][n]["cold_starts"]["wakes"] >= 1 for n in sparse)  # they sleep, and wake
+    for name, p in report["policies"].items():  # where the GPU-hours go: per pool, and asleep
+        assert set(p["mean_gpus"]) == {"prefill", "decode"} and (p["asleep_share"] > 0) == (name in sparse), name
+    assert f["cold_starts"] >= len(sparse)

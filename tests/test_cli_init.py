@@ -41,6 +41,34 @@ def test_one_command_writes_what_plan_and_kubectl_take(tmp_path: Path, capsys: p
     assert loop.name == policy.name and loop.actuator_kind == "dry-run"
 
 
+@pytest.mark.parametrize(("argv", "min_replicas", "window_s"), [
+    ([], 1, None),
+    (["--scale-to-zero-after-s", "600"], 0, 600.0),
+], ids=["never-sleeps", "scales-to-zero"])
+def test_scale_to_zero_renders_keda_min_zero_with_an_activation_threshold(tmp_path: Path, argv: list[str],
+                                                                          min_replicas: int,
+                                                                          window_s: float | None) -> None:
+    from tests.test_deploy import validate
+
+    out = tmp_path / "qwen"
+    assert run([*BASE, *argv, "--out", str(out)]) == 0
+    policy = load_policy(out / "policy.yaml")
+    assert {policy.pool(p).min_replicas for p in policy.pool_names()} == {min_replicas}
+    assert policy.scales_to_zero() is (window_s is not None)
+    if window_s is not None:
+        assert policy.scale_to_zero_after_s == window_s
+    objs = render(out / "manifests")  # kubectl kustomize
+    scaled = by_kind(objs, "ScaledObject")
+    assert len(scaled) == 2
+    for so in scaled:
+        validate(so)  # the ScaledObject schema (tests/test_deploy.py)
+        assert so["spec"]["minReplicaCount"] == min_replicas
+        trigger = so["spec"]["triggers"][0]["metadata"]
+        # KEDA is active while the planner's desired replicas exceed the activation value: 0 sleeps, 1 wakes
+        assert trigger["activationTargetValue"] == "0" and trigger["targetValue"] == "1"
+        assert so["spec"]["fallback"]["replicas"] == min_replicas  # unreachable planner: keep what runs
+
+
 def test_the_policy_runs_in_deploy_base_with_the_actuator_component(tmp_path: Path) -> None:
     out = tmp_path / "qwen"
     assert run([*BASE, "--out", str(out)]) == 0
@@ -75,8 +103,10 @@ def test_the_policy_runs_in_deploy_base_with_the_actuator_component(tmp_path: Pa
     ({"--search": "thorough"}, "--search"),
     ({"--engine": "dynamo"}, "--engine"),
     ({"--model": "llama-3.1-70b", "--gpu": "a100", "--gpus-per-node": "1"}, "--model"),
+    ({"--scale-to-zero-after-s": "-1"}, "--scale-to-zero-after-s"),
+    ({"--scale-to-zero-after-s": "600", "--actuator": "hpa"}, "--scale-to-zero-after-s"),
 ], ids=["range", "unknown-model", "no-rate", "tp-divides", "tp-budget", "thorough-no-target", "dynamo-output",
-        "fits-nowhere"])
+        "fits-nowhere", "negative-idle-window", "hpa-cannot-sleep"])
 def test_bad_input_exits_2_with_one_line_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                          change: dict, flag: str) -> None:
     argv = list(BASE)

@@ -43,8 +43,8 @@ POLICY = "live"
 MACROS = {"$__rate_interval": "10s", "$__range_s": "30", "$__range": "30s", "$__interval": "2s",
           "$policy": POLICY, "$pool": ".*"}
 # What the stack does not run (the process actuator, a fleet), does not provoke (a 409 on a scale write), or provokes
-# only later (a missing signal; a replica failing behind the router).
-ABSENT = {"process", "conflict", "degraded", "router-failure", "fleet"}
+# only later (a missing signal; a replica failing behind the router); its router holds nothing (scale to zero).
+ABSENT = {"process", "conflict", "degraded", "router-failure", "fleet", "scale-to-zero"}
 PARAMS = AlertParams(controller_job='component="controller"', evaluation_interval="1s",
                      fast_windows=("5s", "10s"), fast_for="1s", slow_windows=("5s", "15s"), slow_for="1s",
                      down_for="1s", stale_window="10s", pinned_for="2s", actuate_window="10s", actuate_for="1s",

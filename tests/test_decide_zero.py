@@ -3,12 +3,14 @@ zero traffic, and prefill and decode go to zero and wake together. Table-driven,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.decide import decide
 from planner.decide.state import PlannerState
 from planner.errors import UserError
-from planner.types import Reason
+from planner.types import NoData, NoDataReason, Observation, Reason
 from tests.support.decide_support import FREE, load_forecast, observation, policy, spec
 
 ZERO = {"pools": {"prefill": {"min_replicas": 0}, "decode": {"min_replicas": 0}}, "behavior": FREE,
@@ -83,3 +85,50 @@ def test_keda_renders_min_replica_count_zero_with_an_activation_threshold() -> N
     assert so["spec"]["minReplicaCount"] == 0
     trigger = so["spec"]["triggers"][0]["metadata"]
     assert trigger["activationTargetValue"] == "0" and trigger["targetValue"] == "1"  # desired >= 1 wakes it
+
+
+def _at_zero(sp, state=None):  # noqa: ANN001, ANN202 - a policy put to sleep: busy once, then idle past the window
+    state = None
+    for i, rate in enumerate([5.0] + [0.0] * 11):
+        t = 1000.0 + i * 30.0
+        d, state = decide(sp, observation(t, rate), load_forecast(rate), state, t)
+    assert d.targets() == {"prefill": 0, "decode": 0}
+    return state, t
+
+
+@pytest.mark.parametrize(("seen", "expected", "reason"), [
+    # no replica, no series: the source has nothing; the decision holds at zero
+    (lambda t: NoData(NoDataReason.EMPTY, "no series", t), {"prefill": 0, "decode": 0}, Reason.NO_DATA_HOLD),
+    # the router's wake signal, alone: both pools wake together, at once
+    (lambda t: Observation(t, 30.0, {}, waiting=3), {"prefill": 1, "decode": 1}, Reason.WAKE_TOGETHER),
+    # series present but no request started: the requests held at the router are traffic all the same
+    (lambda t: replace(observation(t, 0.0), waiting=1), {"prefill": 1, "decode": 1}, Reason.WAKE_TOGETHER),
+    # measured zero, nobody waiting: stays asleep
+    (lambda t: observation(t, 0.0), {"prefill": 0, "decode": 0}, Reason.ZERO_TRAFFIC),
+])
+def test_a_request_held_at_the_router_wakes_a_policy_at_zero(seen, expected, reason) -> None:  # noqa: ANN001
+    sp = spec(policy(**ZERO))
+    state, t = _at_zero(sp)
+    now = t + 7.0  # off the grid: a wake is a tick of its own
+    d, after = decide(sp, seen(now), load_forecast(0.0), state, now)
+    assert d.targets() == expected and reason in d.reasons
+    woke = expected["prefill"] > 0
+    assert (after.last_traffic_s == now) is woke
+    if woke:  # the idle window starts again at the wake: the next idle tick keeps one replica each
+        d2, _ = decide(sp, observation(now + 30, 0.0), load_forecast(0.0), after, now + 30)
+        assert d2.targets() == {"prefill": 1, "decode": 1}
+
+
+def test_the_wake_signal_is_ignored_by_a_policy_that_never_sleeps() -> None:
+    sp = spec(policy(behavior=FREE))
+    _, state = decide(sp, observation(1000.0, 2.0), load_forecast(2.0), None, 1000.0)
+    d, _ = decide(sp, Observation(1010.0, 30.0, {}, waiting=4), load_forecast(2.0), state, 1010.0)
+    assert Reason.WAKE_TOGETHER not in d.reasons  # sized as ever, from the forecast
+
+
+def test_a_wake_never_exceeds_the_ceiling_nor_lowers_a_pool_that_is_up() -> None:
+    sp = spec(policy(**ZERO))
+    state, t = _at_zero(sp)
+    state = state.with_pool("decode", replace(state.pool("decode"), target=3))  # decode was moved to 3 meanwhile
+    d, _ = decide(sp, Observation(t + 1, 30.0, {}, waiting=1), None, state, t + 1)
+    assert d.targets() == {"prefill": 1, "decode": 3}

@@ -8,9 +8,13 @@ from pathlib import Path
 import pytest
 
 from planner.cli import run
-from planner.decide.whatif import plan
+from planner.decide.outlook import outlook
+from planner.decide.spec import DeciderSpec
+from planner.decide.state import PlannerState
+from planner.decide.whatif import plan, what_if_inputs, what_if_policy
+from planner.fleet import plan_fleet, policy_ask
 from planner.fleet_file import load_fleet
-from tests.support.fleet_support import member, write_fleet
+from tests.support.fleet_support import member, wasted, write_fleet
 
 
 @pytest.fixture
@@ -51,6 +55,29 @@ def test_the_table_names_the_reason_and_the_budget(fleet_path: Path, capsys) -> 
     cap = capsys.readouterr()
     assert rc == 3 and "fleet_priority" in cap.out and "of 24 GPUs granted" in cap.out and "per hour" in cap.out
     assert "the fleet's GPU budget (fleet_priority)" in cap.err
+
+
+def test_a_clamped_policy_gets_a_balanced_prefill_decode_pair(capsys) -> None:  # noqa: ANN001
+    """The shipped example fleet at 150 req/s: the conv policy's 19 GPUs once went 17 prefill + 1 decode (a
+    decode pool that carries a quarter of the load beside prefill for most of it); its grant now lies on
+    its SLA frontier: no pool holds more than the load the other carries needs."""
+    example = Path(__file__).resolve().parent.parent / "fleets" / "example.yaml"
+    rc, out = _plan_json(capsys, "--fleet", str(example), "--rate-rps", "150", "--isl", "1024", "--osl", "256")
+    conv = out["policies"]["qwen3-32b-azure-conv"]
+    assert rc == 3 and out["binds"] and conv["reason"] == "fleet_priority"
+    assert conv["granted"]["decode"] >= 3 and conv["granted"]["prefill"] <= 14, conv["granted"]
+    assert out["used_gpus"] == 48  # nothing hoarded: the leftover went to the code policy
+
+    fleet = load_fleet(example)
+    tick = plan_fleet(fleet, {m.name: (150.0, 1024.0, 256.0) for m in fleet.members})
+    assert tick.granted["qwen3-32b-azure-conv"].targets() == conv["granted"]
+    conv_member = fleet.member("qwen3-32b-azure-conv")
+    pol = what_if_policy(conv_member.policy)
+    obs, forecast = what_if_inputs(pol, 150.0, 1024.0, 256.0)
+    look = outlook(DeciderSpec.build(pol, conv_member.profile, stale_after_s=float("inf")), obs, forecast, None, 0.0)
+    asked = policy_ask(conv_member.name, conv_member.priority, pol, tick.wanted[conv_member.name], PlannerState(),
+                       look)
+    assert not wasted(asked, conv["granted"])
 
 
 @pytest.mark.parametrize(("args", "needle"), [

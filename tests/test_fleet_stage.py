@@ -22,6 +22,13 @@ def ask(name: str, priority: int, pools: dict) -> PolicyAsk:
     return PolicyAsk(name, priority, pools)
 
 
+# The conv policy's frontier at 150 req/s (Outlook.carries of planner plan --fleet fleets/example.yaml): the
+# share of the load 1 .. 21 prefill and 1 .. 5 decode replicas carry within the SLA.
+CONV_PREFILL = (0.0625, 0.125, 0.15625, 0.1875, 0.25, 0.3125, 0.375, 0.4375, 0.46875, 0.5, 0.5625, 0.625, 0.6875,
+                0.71875, 0.75, 0.8125, 0.875, 0.9375, 0.96875, 1.0, 22 / 21)
+CONV_DECODE = (0.25, 0.4375, 0.625, 0.8125, 1.2)
+
+
 # (id, budget, asks, expected granted {policy: {pool: n}}, expected reasons {policy: reason})
 CASES = [
     ("fits: nothing changes", 10,
@@ -60,9 +67,29 @@ CASES = [
     ("leftover too small for a big replica goes to small ones", 7,
      [ask("big", 1, agg(3, floor=1, gpus=4)), ask("small", 0, agg(3))],
      {"big": {"aggregated": 1}, "small": {"aggregated": 3}}, {"big": S}),
-    ("prefill and decode of one policy compete by their own pressure", 5,
+    ("prefill and decode of one policy grow together along its frontier (unknown: in proportion)", 5,
      [ask("pd", 0, {"prefill": PoolAsk(4, 1, 1, (3.0, 2.0, 1.5)), "decode": PoolAsk(3, 1, 1, (2.5, 0.8))})],
      {"pd": {"prefill": 3, "decode": 2}}, {"pd": S}),
+    # planner plan --fleet fleets/example.yaml at 150 req/s: the conv policy (priority 5) has 19 GPUs left
+    # after the chat policy's 26 and the code policy's floors; it asks 21 prefill + 5 two-GPU decode, every
+    # pool short of its ask unbounded. Filling prefill first gave 17 + 1: a starved decode pool wasting 16
+    # prefill GPUs. Along its frontier (the sizing model's replicas at shares of the load) it gets 12 + 3.
+    ("150 req/s: the budget goes to a balanced prefill/decode pair, not prefill first", 48,
+     [ask("chat", 10, {"prefill": PoolAsk(16, 1, 1), "decode": PoolAsk(5, 2, 1)}),
+      ask("conv", 5, {"prefill": PoolAsk(21, 1, 1, (math.inf,) * 20, carries=CONV_PREFILL),
+                      "decode": PoolAsk(5, 2, 1, (math.inf,) * 4, carries=CONV_DECODE)}),
+      ask("code", 0, {"prefill": PoolAsk(21, 1, 1), "decode": PoolAsk(5, 2, 1)})],
+     {"chat": {"prefill": 16, "decode": 5}, "conv": {"prefill": 12, "decode": 3},
+      "code": {"prefill": 2, "decode": 1}}, {"conv": P, "code": P}),
+    ("a policy whose next step does not fit stops; the GPU goes to another", 5,
+     [ask("pd", 1, {"prefill": PoolAsk(4, 1, 1, carries=(0.6, 0.8, 0.9, 1.1)),
+                    "decode": PoolAsk(2, 2, 1, carries=(0.5, 1.2))}),  # decode runs out first: 2 GPUs, 1 left
+      ask("a", 0, agg(3))],
+     {"pd": {"prefill": 1, "decode": 1}, "a": {"aggregated": 2}}, {"pd": S, "a": S}),
+    ("pools whose counts run out at the same share step together", 4,
+     [ask("pd", 0, {"prefill": PoolAsk(3, 1, 1, carries=(0.5, 1.0, 1.5)),
+                    "decode": PoolAsk(3, 1, 1, carries=(0.5, 1.0, 1.5))})],
+     {"pd": {"prefill": 2, "decode": 2}}, {"pd": S}),
 ]
 
 
@@ -78,8 +105,10 @@ def test_fit(budget: int, asks: list[PolicyAsk], granted: dict, reasons: dict) -
 
 
 def test_every_clamped_pool_has_a_reason_and_no_other_does() -> None:
-    pools = {"prefill": PoolAsk(4, 1, 1, (3.0, 2.0, 1.5)), "decode": PoolAsk(3, 1, 1, (2.5, 0.8))}
-    fit = fit_fleet([ask("pd", 0, pools)], 6)  # prefill's 1.5 outranks decode's 0.8 for the last GPU
+    # decode's 2 replicas carry the whole load (pressure 0.8 < 1): the last GPU goes to prefill
+    pools = {"prefill": PoolAsk(4, 1, 1, (3.0, 2.0, 1.5), carries=(0.3, 0.55, 0.8, 1.05)),
+             "decode": PoolAsk(3, 1, 1, (2.5, 0.8), carries=(0.5, 1.0, 1.3))}
+    fit = fit_fleet([ask("pd", 0, pools)], 6)
     assert dict(fit.granted["pd"]) == {"prefill": 4, "decode": 2}
     assert dict(fit.reasons["pd"]) == {"decode": (S,)}
 
@@ -108,6 +137,10 @@ def test_pool_ask_rejects_nonsense() -> None:
         PoolAsk(2, 1, 3)
     with pytest.raises(ValueError, match="costs"):
         PoolAsk(4, 1, 1, (1.0,))
+    with pytest.raises(ValueError, match="carries"):
+        PoolAsk(3, 1, 1, carries=(0.5, 1.0))  # one share per count 1 .. 3
+    with pytest.raises(ValueError, match="carries"):
+        PoolAsk(2, 1, 1, carries=(0.5, 0.4))  # a replica more never carries less
 
 
 def test_granted_decision_carries_the_reason_and_new_prediction() -> None:

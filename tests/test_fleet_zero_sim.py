@@ -1,11 +1,14 @@
-"""Scale to zero in the simulator: a sparse policy sleeps between busy windows, the first requests after it
-wait for the cold start (counted in their TTFT, never dropped), and the fleet report counts the wakes."""
+"""Scale to zero in the simulator: a sparse policy sleeps between busy windows; the first request after it wakes
+the policy at once (the router's wake signal) or, without the signal, at the next tick; the requests wait at the
+router for the cold start (counted in their TTFT, never dropped) up to the router's hold timeout, past which
+they fail and are counted; the fleet report counts the wakes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from planner.fleet_file import load_fleet
 from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
@@ -14,25 +17,43 @@ from planner.sim.traces.records import RequestTrace
 from tests.support.fleet_support import member, write_fleet
 
 TRACE = Path(__file__).resolve().parents[1] / "profiles" / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
+STARTUP_S = 60.0
 ZERO = {"pools": {"prefill": {"min_replicas": 0}, "decode": {"min_replicas": 0}}, "scale_to_zero_after_s": 60,
-        "startup_s": 60}
+        "startup_s": STARTUP_S}
 
 
 def _busy_gap_busy() -> RequestTrace:
     base = load_requests(TRACE, "azure", rate_scale=0.5, duration_s=1500)
-    keep = (base.arrival_s < 300) | (base.arrival_s >= 900)
+    keep = (base.arrival_s < 300) | ((base.arrival_s >= 907) & (base.arrival_s < 1300))  # 907: off the 30 s grid
     return RequestTrace(base.arrival_s[keep], base.isl[keep], base.osl[keep], base.source)
 
 
-def test_a_sparse_policy_sleeps_and_its_first_requests_wait_for_the_cold_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("wake", "hold_timeout_s"), [(True, 300.0), (False, 300.0), (True, 30.0)],
+                         ids=["wake-at-once", "wake-at-next-tick", "hold-timeout-below-startup"])
+def test_a_sparse_policy_sleeps_and_its_first_requests_wait_for_the_cold_start(tmp_path: Path, wake: bool,
+                                                                               hold_timeout_s: float) -> None:
     fleet = load_fleet(write_fleet(tmp_path, [member("sparse", 0, **ZERO)], max_gpus=16))
     trace = _busy_gap_busy()
-    result = run_fleet_backtest(fleet, {"sparse": trace}, compare=False)
+    result = run_fleet_backtest(fleet, {"sparse": trace}, compare=False, wake=wake, hold_timeout_s=hold_timeout_s)
     p = result.report["policies"]["sparse"]
     slept = result.shared.asleep["sparse"]
-    assert len(slept) == 1 and 300 < slept[0][0] < 900 <= slept[0][1]  # asleep in the gap, woken by the traffic
+    first_s = float(trace.arrival_s[trace.arrival_s >= 900][0])
+    interval_s = fleet.interval_s
+    assert len(slept) == 1 and 300 < slept[0][0] < 900
+    woke_s = slept[0][1]
+    next_tick_s = (first_s // interval_s + 1) * interval_s
+    # the first request after the gap wakes it: at its arrival with the signal, at the next grid point without
+    assert woke_s == pytest.approx(first_s, abs=0.01) if wake else woke_s == next_tick_s
     assert p["cold_starts"]["wakes"] == 1 and result.report["fleet"]["cold_starts"] == 1
-    assert p["failed_requests"] == 0 and p["requests"] == len(trace)  # the wait is counted, nothing dropped
-    warm = result.shared.replays["sparse"].results
-    first = warm["arrival_s"] < 300
-    assert p["cold_starts"]["ttft_ms_p95"] > 60_000 > float(np.nanpercentile(warm["ttft_s"][first] * 1e3, 95))
+    assert p["requests"] == len(trace)  # nothing dropped: every request is served or counted as failed
+    res = result.shared.replays["sparse"].results
+    arrival, ttft, failed = res["arrival_s"], res["ttft_s"], res["failed"]
+    ready_s = woke_s + STARTUP_S
+    held_too_long = (arrival >= 900) & (ready_s - arrival > hold_timeout_s)
+    assert np.array_equal(failed, held_too_long)  # exactly those held past the router's timeout fail
+    assert p["failed_requests"] == int(held_too_long.sum()) and (held_too_long.any() == (hold_timeout_s < 60))
+    first = arrival == first_s
+    if not failed[first][0]:  # its TTFT is the wait for the replicas' start-up, plus the tick's delay without a wake
+        assert ready_s - first_s <= ttft[first][0] < ready_s - first_s + 5
+    warm = arrival < 300
+    assert p["cold_starts"]["ttft_ms_p95"] > 10 * float(np.nanpercentile(ttft[warm] * 1e3, 95))

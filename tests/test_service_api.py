@@ -169,7 +169,7 @@ def test_desired_by_policy_and_openapi(served: tuple[httpx.Client, list[ControlL
 
 
 OPERATIONS = ["GET /metrics", "GET /healthz", "GET /readyz", "GET /v1/desired", "GET /v1/policies",
-              "GET /v1/decisions", "POST /v1/plan", "GET /v1/fleet"]
+              "GET /v1/decisions", "POST /v1/plan", "GET /v1/fleet", "POST /v1/wake"]
 
 
 @pytest.fixture(scope="module")

@@ -273,7 +273,8 @@ def bench_fleet_cmd(
     traces: Annotated[Path | None, typer.Option(help=TRACES_HELP)] = None,
     out: Annotated[Path, typer.Option(help="output folder: report.json and report.md")] = Path("out/fleet"),
     budget_gpus: Annotated[int | None, typer.Option("--budget-gpus", help="the fleet's GPU budget (default: "
-                                                     "the benchmark's, sized to bind during the burst)")] = None,
+                                                     "the benchmark's, sized to bind during the burst: 44, "
+                                                     "--no-zero 56)")] = None,
     seed: Annotated[int, typer.Option(help="seed of the models' trace draws")] = 0,
     zero: Annotated[bool, typer.Option("--zero/--no-zero", help="the sparse models scale to zero between their "
                                        "busy windows (min_replicas 0)")] = True,
@@ -284,13 +285,13 @@ def bench_fleet_cmd(
     import json
     import time
 
-    from planner.bench.fleet import BUDGET_GPUS, MODELS, QUICK_WARMUP_S, WARMUP_S, bench_fleet
+    from planner.bench.fleet import MODELS, QUICK_WARMUP_S, WARMUP_S, bench_fleet
     from planner.commands.progress import phase_progress
     from planner.sim.evaluate.fleet_backtest import fleet_markdown, run_fleet_backtest
 
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
-    fleet, model_traces = bench_fleet(quick, traces, BUDGET_GPUS if budget_gpus is None else budget_gpus, seed, zero)
+    fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero)
     console = Console()
     t0 = time.perf_counter()
     with phase_progress(console) as progress:

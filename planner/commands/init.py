@@ -26,6 +26,7 @@ FIELD_FLAGS = {
     "search": "--search", "engine": "--engine", "tp": "--tp", "endpoint": "--url",
     "deployment_template": "--template", "output": "--output", "actuator": "--actuator", "mode": "--mode",
     "name": "--name", "namespace": "--namespace", "image": "--image", "kv_link_gbps": "--kv-link-gbps",
+    "scale_to_zero_after_s": "--scale-to-zero-after-s",
     "request_rate": "--rate-rps", "concurrency": "--concurrency", "total_gpus": "--total-gpus",
     "gpus_per_node": "--gpus-per-node", "served_name": "--served-model-name", "trace": "--trace",
 }
@@ -150,6 +151,9 @@ def register(app: typer.Typer) -> None:
         served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="the model the engines "
                                                               "load (default for shipped models)")] = None,
         kv_link_gbps: Annotated[float | None, typer.Option("--kv-link-gbps", help="P->D KV link, Gb/s")] = None,
+        scale_to_zero_after_s: Annotated[float | None, typer.Option(
+            "--scale-to-zero-after-s", help="the pools go to zero after this long without a request (min_replicas "
+            "0; KEDA: minReplicaCount 0, woken by the desired replicas)")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     ) -> None:
         """Profile a model for an SLA and write what to deploy: profile, policy and manifests."""
@@ -161,5 +165,6 @@ def register(app: typer.Typer) -> None:
             "search": search, "engine": engine, "tp": list(int_list("--tp", tp) or []) or None, "endpoint": url,
             "deployment_template": _template(template), "output": output, "actuator": actuator, "mode": mode,
             "name": name, "namespace": namespace, "image": image, "kv_link_gbps": kv_link_gbps,
+            **({"scale_to_zero_after_s": scale_to_zero_after_s} if scale_to_zero_after_s is not None else {}),
         }
         run_init(data, out, json_out, out_console())

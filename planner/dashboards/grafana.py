@@ -18,7 +18,7 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 class Query:
     """One PromQL query. ``needs`` names what must run for it to have data beyond a controller and its
     engines ("process": the process actuator, "router": ``planner route``, "router-failure": a replica
-    failing behind it, "leader": --leader-elect, "conflict": a 409 on a scale write, "degraded": a needed
+    failing behind it, "scale-to-zero": a request held at the router for a policy at zero, "leader": --leader-elect, "conflict": a 409 on a scale write, "degraded": a needed
     signal missing)."""
 
     expr: str

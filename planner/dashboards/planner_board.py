@@ -207,6 +207,15 @@ def _router() -> Row:
             Query(sel(R.replicas), "in rotation {{pool}}", needs="router"),
             Query(f"sum by (pool) ({sel(R.outstanding)})", "outstanding {{pool}}", needs="router"),
         )),
+        Panel("Held for want of a replica (scale to zero)", (
+            Query(sel(R.held), "held now", needs="scale-to-zero"),
+            Query(f"rate({sel(R.held_requests)}[{RATE}])", "held /s", needs="scale-to-zero"),
+            Query(f"sum by (why) (rate({sel(R.hold_refused)}[{RATE}]))", "503 {{why}} /s", needs="scale-to-zero"),
+            Query(f"sum by (outcome) (rate({sel(R.wake_signals)}[{RATE}]))", "wake signal {{outcome}} /s",
+                  needs="scale-to-zero"),
+        ), width=24, description="Requests the router holds while no replica is in rotation (a policy at zero "
+                                 "waking), those refused with 503 past --hold-queue or --hold-timeout-s, and the "
+                                 "wake signals sent to the controller (POST /v1/wake)."),
     ))
 
 

@@ -30,6 +30,9 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
   7. Scale to zero (every pool at min_replicas 0): all pools to zero once no request was measured for
      ``scale_to_zero_after_s`` (reason zero_traffic), at least one replica each before that (idle_window) and
      as soon as a request is seen again (wake_together): prefill and decode sleep and wake together.
+     Requests held at the router (``Observation.waiting``, the router's wake signal) are traffic too; a
+     policy at zero has no replica to measure, so an observation that carries only them (no pool) wakes
+     every pool to at least one replica at once (``wake``), without the stages above.
 Every stage that changes a number records a Reason; the Decision carries replicas, reasons and the
 predicted TTFT/ITL at the chosen sizes.
 """
@@ -53,6 +56,9 @@ from planner.types import Decision, LoadForecast, NoData, Observation, Pool, Poo
 def decide(spec: DeciderSpec, observation: Observation | NoData, forecast: LoadForecast | None,
            state: PlannerState | None, now_s: float) -> tuple[Decision, PlannerState]:
     state = state or PlannerState()
+    if _only_waiting(spec, observation):
+        assert isinstance(observation, Observation)
+        return wake(spec, state, now_s, observation.waiting)
     obs = check_data(spec, observation, now_s)
     if isinstance(obs, Hold):
         return hold(spec, state, now_s, observation if isinstance(observation, Observation) else None, obs.why)
@@ -117,6 +123,26 @@ def idle_window(spec: DeciderSpec, final: Mapping[Pool, tuple[int, tuple[Reason,
         if n == 0:
             out[pool] = (1, (*why, Reason.IDLE_WINDOW if idle else Reason.WAKE_TOGETHER))
     return out, state
+
+
+def _only_waiting(spec: DeciderSpec, observation: Observation | NoData) -> bool:
+    return (spec.policy.scales_to_zero() and isinstance(observation, Observation) and observation.waiting > 0
+            and not observation.pools)
+
+
+def wake(spec: DeciderSpec, state: PlannerState, now_s: float, waiting: int) -> tuple[Decision, PlannerState]:
+    """Requests wait at the router and no pool can be measured (a policy at zero has no replica, so no series):
+    every pool to at least one replica, within its ceiling (reason wake_together), and the idle window starts
+    again now. Nothing is sized: the next tick sizes from what the woken replicas measure."""
+    pools: dict[str, PoolDecision] = {}
+    for pool in spec.pools:
+        memory = state.pool(pool)
+        current = current_replicas(spec.policy.pool(pool), memory, None)
+        replicas = min(max(current, 1), spec.policy.pool(pool).max_replicas)
+        pools[pool] = PoolDecision(replicas, spec.gpus(pool), float(replicas), (Reason.WAKE_TOGETHER,))
+        state = state.with_pool(pool, commit(memory, current, replicas, now_s, spec.policy.behavior))
+    decision = Decision(now_s, pools, (Reason.WAKE_TOGETHER,), detail={"waiting": float(waiting)})
+    return decision, replace(state, at_s=now_s, last_traffic_s=now_s)
 
 
 def hold(spec: DeciderSpec, state: PlannerState, now_s: float, obs: Observation | None,

@@ -85,9 +85,10 @@ def _arrivals(spec: DeciderSpec, obs: Observation) -> PoolObservation | None:
 
 
 def measured_idle(spec: DeciderSpec, obs: Observation) -> bool:
-    """No request started over the observed window, and none waits (what scale to zero's idle window counts)."""
+    """No request started over the observed window, and none waits, at an engine or at the router (what scale
+    to zero's idle window counts)."""
     arrivals = _arrivals(spec, obs)
-    return (arrivals is not None and arrivals.requests == 0 and arrivals.rate_rps == 0
+    return (obs.waiting == 0 and arrivals is not None and arrivals.requests == 0 and arrivals.rate_rps == 0
             and not any((p.queue or 0) > 0 for p in obs.pools.values()))
 
 

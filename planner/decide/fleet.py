@@ -8,14 +8,22 @@ Pure: no I/O, no clock. Each tick every policy of the fleet decides as it would 
    never takes GPUs away).
 2. Priorities, highest first: a policy keeps its SLA-sized replicas (what its decision asked for) before any
    policy of lower priority gets a GPU above its floors.
-3. Equal priorities share by the marginal SLA cost of a GPU: the next replica goes to the pool that would
-   suffer most without it, per GPU it costs. The cost of withholding replica c+1 from a pool is its
-   *pressure* at c replicas, the sizing model's predicted latency over the SLA target (TTFT for prefill,
-   ITL for decode, the worse of the two for aggregated; decide/outlook.py) divided by the replica's GPUs.
-   Above 1 the pool misses its SLA; infinite, its queue grows without bound. Ties (pools that all meet
-   their SLA at c) go to the pool furthest below what it asked for, as a share of it, then by name
-   (policy, then pool, in alphabetical order).
-4. Scale-downs free capacity before scale-ups in the same tick: the fit is of this tick's targets, so GPUs a
+3. Within a policy, GPUs go to the binding pool: a policy grows one *step* of its SLA frontier at a time,
+   so its grant is always a balanced set of pools (prefill and decode scaled down together), never one pool
+   filled while the other starves: extra prefill replicas buy no SLA while decode is the bottleneck. Each
+   pool says, per replica count, the share of the tick's load that count carries within the SLA
+   (``PoolAsk.carries``; decide/outlook.py derives it from the sizing model; unknown, in proportion to
+   what the pool asked for). The policy's next step adds one replica to the pool(s) whose count runs out
+   first as the load grows, i.e. the smallest ``carries`` (pools tied there step together: a policy at
+   zero wakes every pool at once). A step that does not fit stops the policy there: no pool of it grows
+   past what the others can carry.
+4. Equal priorities share by the marginal SLA cost of a GPU: the next step goes to the policy that would
+   suffer most without it, per GPU the step costs. The cost of withholding a step is the policy's
+   *pressure* at its current grant, the worst of its pools' predicted latency over the SLA target at the
+   tick's load (TTFT for prefill, ITL for decode, the worse of the two for aggregated; decide/outlook.py).
+   Above 1 the policy misses its SLA; infinite, a queue grows without bound. Ties go to the policy furthest
+   below the GPUs it asked for, as a share of them, then by name.
+5. Scale-downs free capacity before scale-ups in the same tick: the fit is of this tick's targets, so GPUs a
    policy gives back are granted to another in the same tick, and ``FleetFit.order`` applies the policies
    that shrink before those that grow.
 
@@ -43,8 +51,10 @@ class PoolAsk:
     """One pool's ask: ``wanted`` replicas of ``gpus_per_replica`` GPUs, never fewer than ``floor``.
 
     ``sla_cost[i]``: the pool's pressure at ``floor + i`` replicas (the SLA cost of withholding replica
-    ``floor + i + 1``), for i in 0 .. wanted - floor - 1. ``current``: the replicas it runs now (None:
-    unknown), to order the policies that shrink first.
+    ``floor + i + 1``), for i in 0 .. wanted - floor - 1. ``carries[i]``: the share of the tick's load that
+    ``floor + i`` replicas carry within the SLA, for i in 0 .. wanted - floor (non-decreasing; () means in
+    proportion to ``wanted``). ``current``: the replicas it runs now (None: unknown), to order the
+    policies that shrink first.
     """
 
     wanted: int
@@ -52,6 +62,7 @@ class PoolAsk:
     floor: int = 0
     sla_cost: tuple[float, ...] = ()
     current: int | None = None
+    carries: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.floor <= self.wanted or self.gpus_per_replica < 1:
@@ -60,13 +71,25 @@ class PoolAsk:
         if self.sla_cost and len(self.sla_cost) != self.wanted - self.floor:
             raise ValueError(f"pool ask: {len(self.sla_cost)} costs for {self.wanted - self.floor} replicas above "
                              "the floor")
+        if self.carries and (len(self.carries) != self.wanted - self.floor + 1
+                             or any(b < a for a, b in zip(self.carries, self.carries[1:], strict=False))):
+            raise ValueError(f"pool ask: carries must be {self.wanted - self.floor + 1} non-decreasing shares "
+                             f"(floor {self.floor} .. wanted {self.wanted}), got {self.carries}")
 
-    def cost(self, replicas: int) -> float:
-        """The SLA cost per GPU of withholding the replica after ``replicas`` (1.0 per replica if unpriced)."""
-        i = replicas - self.floor
-        value = self.sla_cost[i] if self.sla_cost else 1.0
-        value = value if math.isfinite(value) else _INF_COST
-        return value / self.gpus_per_replica
+    def pressure(self, replicas: int) -> float:
+        """The SLA cost of withholding the replica after ``replicas`` (1.0 if unpriced, 0 at ``wanted``)."""
+        if replicas >= self.wanted:
+            return 0.0
+        value = self.sla_cost[replicas - self.floor] if self.sla_cost else 1.0
+        return value if math.isfinite(value) else _INF_COST
+
+    def carried(self, replicas: int) -> float:
+        """The share of the tick's load ``replicas`` carry within the SLA (none at zero replicas)."""
+        if replicas <= 0:
+            return 0.0
+        if self.carries:
+            return self.carries[min(replicas, self.wanted) - self.floor]
+        return replicas / self.wanted
 
 
 @dataclass(frozen=True)
@@ -79,6 +102,20 @@ class PolicyAsk:
     @property
     def wanted_gpus(self) -> int:
         return sum(p.wanted * p.gpus_per_replica for p in self.pools.values())
+
+    def next_step(self, granted: Mapping[str, int]) -> tuple[str, ...]:
+        """The pools the policy's SLA frontier grows next from ``granted``: those whose count runs out first
+        as the load grows (the smallest share carried; ties step together); () when every pool has all it
+        asked for."""
+        short = {p: a.carried(granted[p]) for p, a in self.pools.items() if granted[p] < a.wanted}
+        if not short:
+            return ()
+        first = min(short.values())
+        return tuple(sorted(p for p, x in short.items() if x <= first))
+
+    def pressure(self, granted: Mapping[str, int]) -> float:
+        """The policy's SLA cost at ``granted``: its worst pool's."""
+        return max((a.pressure(granted[p]) for p, a in self.pools.items()), default=0.0)
 
     @property
     def current_gpus(self) -> int | None:
@@ -114,56 +151,51 @@ class FleetFit:
 
 def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
     """Every ask within ``max_gpus`` (see the module's rules); unchanged where the sum fits."""
-    keys = [(a.name, pool) for a in asks for pool in a.pools]
     ask = {(a.name, pool): p for a in asks for pool, p in a.pools.items()}
-    priority = {a.name: a.priority for a in asks}
-    groups = {a.name: [(a.name, p) for p in a.pools] for a in asks if a.together}
-    granted = {k: ask[k].floor for k in keys}
+    granted = {a.name: {pool: p.floor for pool, p in a.pools.items()} for a in asks}
     reasons: dict[str, dict[str, tuple[Reason, ...]]] = {}
     if sum(a.wanted_gpus for a in asks) <= max_gpus:
-        granted = {k: ask[k].wanted for k in keys}
+        granted = {a.name: {pool: p.wanted for pool, p in a.pools.items()} for a in asks}
     else:
         floors_gpus = sum(p.floor * p.gpus_per_replica for p in ask.values())
         left = max_gpus - floors_gpus
         for level in sorted({a.priority for a in asks}, reverse=True):
-            members = [k for k in keys if priority[k[0]] == level]
-            need = sum((ask[k].wanted - ask[k].floor) * ask[k].gpus_per_replica for k in members)
+            members = sorted((a for a in asks if a.priority == level), key=lambda a: a.name)
+            need = sum((p.wanted - p.floor) * p.gpus_per_replica for a in members for p in a.pools.values())
             lost_to_higher = need <= max_gpus - floors_gpus
-            left = _share(members, ask, granted, left, groups)
-            for name, pool in members:
-                if granted[(name, pool)] < ask[(name, pool)].wanted:
-                    why = Reason.FLEET_PRIORITY if lost_to_higher else Reason.FLEET_SHARE
-                    reasons.setdefault(name, {})[pool] = (why,)
-    out: dict[str, dict[str, int]] = {a.name: {} for a in asks}  # a decision may name no pool (nothing known)
-    for name, pool in keys:
-        out[name][pool] = granted[(name, pool)]
+            left = _share(members, granted, left)
+            for a in members:
+                for pool, p in a.pools.items():
+                    if granted[a.name][pool] < p.wanted:
+                        why = Reason.FLEET_PRIORITY if lost_to_higher else Reason.FLEET_SHARE
+                        reasons.setdefault(a.name, {})[pool] = (why,)
+    out = {a.name: dict(granted[a.name]) for a in asks}  # a decision may name no pool (nothing known)
     granted_gpus = {a.name: sum(out[a.name][p] * a.pools[p].gpus_per_replica for p in a.pools) for a in asks}
     return FleetFit(max_gpus, out, {a.name: a.wanted_gpus for a in asks}, granted_gpus, reasons,
                     _order(asks, granted_gpus))
 
 
-def _share(members: list[tuple[str, str]], ask: Mapping[tuple[str, str], PoolAsk],
-           granted: dict[tuple[str, str], int], left: int, groups: Mapping[str, list[tuple[str, str]]]) -> int:
-    """Grant ``members`` (one priority level) replicas one at a time by the marginal SLA cost of a GPU;
-    returns the GPUs left. A sleeping policy whose pools wake together gets one replica of each at once."""
-    def waking(k: tuple[str, str]) -> list[tuple[str, str]]:
-        group = groups.get(k[0], [])
-        return [g for g in group if ask[g].wanted > 0] if group and all(granted[g] == 0 for g in group) else [k]
-
+def _share(members: Sequence[PolicyAsk], granted: dict[str, dict[str, int]], left: int) -> int:
+    """Grant ``members`` (one priority level, in name order) one frontier step at a time by the marginal SLA
+    cost of a GPU; returns the GPUs left. A policy whose next step does not fit grows no further."""
+    open_ = list(members)
     while True:
-        open_ = sorted(k for k in members if granted[k] < ask[k].wanted
-                       and sum(ask[g].gpus_per_replica for g in waking(k)) <= left)
+        steps = {a.name: a.next_step(granted[a.name]) for a in open_}
+        step_gpus = {a.name: sum(a.pools[p].gpus_per_replica for p in steps[a.name]) for a in open_}
+        open_ = [a for a in open_ if steps[a.name] and step_gpus[a.name] <= left]
         if not open_:
             return left
 
-        def rank(k: tuple[str, str]) -> tuple[float, float]:
-            a = ask[k]
-            return (a.cost(granted[k]), (a.wanted - granted[k]) / max(1, a.wanted))
+        def rank(a: PolicyAsk, gpus: int) -> tuple[float, float]:
+            mine = granted[a.name]
+            wanted = a.wanted_gpus
+            behind = (wanted - sum(n * a.pools[p].gpus_per_replica for p, n in mine.items())) / max(1, wanted)
+            return a.pressure(mine) / gpus, behind
 
-        pick = max(open_, key=rank)  # the first in name order among equals
-        for k in waking(pick):
-            granted[k] += 1
-            left -= ask[k].gpus_per_replica
+        pick = max(open_, key=lambda a: rank(a, step_gpus[a.name]))  # the first in name order among equals
+        for pool in steps[pick.name]:
+            granted[pick.name][pool] += 1
+        left -= step_gpus[pick.name]
 
 
 def _order(asks: Sequence[PolicyAsk], granted_gpus: Mapping[str, int]) -> tuple[str, ...]:

@@ -2,21 +2,30 @@
 
 The fleet stage (decide/fleet.py) fits every policy's decision into one GPU budget; to share GPUs between
 policies of equal priority it needs, per pool, what the SLA suffers at fewer replicas than the decision
-asked for. ``outlook`` rebuilds the tick's demand and calibration factors from the same inputs ``decide``
+asked for, and how much of the load each size carries within the SLA (the policy's SLA frontier: its pools
+grown together in the proportion that keeps its SLA). ``outlook`` rebuilds the tick's demand and calibration factors from the same inputs ``decide``
 had (pure: the same inputs give the same numbers) and answers the sizing model's prediction at any size.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.decide.calibration import Factors, calibrate
-from planner.decide.capacity import aggregated_latency_ms, decode_itl_ms, prefill_ttft_ms
+from planner.decide.capacity import (
+    aggregated_latency_ms,
+    decode_itl_ms,
+    prefill_ttft_ms,
+    size_decode,
+    size_prefill,
+)
 from planner.decide.demand import Demand, Hold, check_data, demand
 from planner.decide.spec import DeciderSpec
 from planner.decide.state import PlannerState
 from planner.types import LoadForecast, NoData, Observation, Pool
+
+FRONTIER_GRID = 16  # shares of the load a pool is sized at to draw the frontier (32 sizings per policy)
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,38 @@ class Outlook:
                   if v is not None]
         worst = max(ratios)
         return worst if math.isfinite(worst) else math.inf
+
+    def carries(self, pool: Pool, lowest: int, highest: int, grid: int = FRONTIER_GRID) -> tuple[float, ...]:
+        """For ``lowest`` .. ``highest`` replicas of ``pool`` (prefill or decode), the share of the tick's load
+        each carries within the SLA: strictly increasing, 0 at zero replicas.
+
+        The pool is sized (as ``decide`` sizes it) at ``grid`` shares of the load, 1/grid .. 1; between two
+        shares the replicas added are spread evenly, and past the full load each replica carries
+        1/(replicas at the full load) more. A count carries the share where it stops sufficing."""
+        needs = [0] + [self._needed(pool, k / grid) for k in range(1, grid + 1)]
+        full = max(1, needs[-1])
+        out: list[float] = []
+        for c in range(lowest, highest + 1):
+            if c <= 0:
+                share = 0.0
+            elif c >= needs[-1]:
+                share = 1.0 + (c + 1 - needs[-1]) / full
+            else:
+                k = max(i for i, n in enumerate(needs) if n <= c)  # c suffices up to share k/grid, not at k+1
+                added = needs[k + 1] - needs[k]
+                share = (k + (c + 1 - needs[k]) / added) / grid
+            out.append(share if not out else max(share, out[-1] + 1e-9))
+        return tuple(out)
+
+    def _needed(self, pool: Pool, share: float) -> int:
+        model, dem, f = self.spec.model, self.demand, self.factors
+        if pool is Pool.PREFILL:
+            load = replace(dem.prefill, rate_rps=dem.prefill.rate_rps * share)
+            return size_prefill(model, load, f.ttft, mix=dem.isl_mix).replicas
+        if pool is Pool.DECODE:
+            load = replace(dem.decode, rate_rps=dem.decode.rate_rps * share)
+            return size_decode(model, load, f.itl, mix=dem.isl_mix).replicas
+        raise ValueError(f"carries: {pool.value} has no frontier of its own (one pool per policy)")
 
 
 def outlook(spec: DeciderSpec, observation: Observation | NoData, forecast: LoadForecast | None,

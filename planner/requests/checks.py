@@ -135,6 +135,9 @@ def _combinations(spec: ProfileRequestSpec) -> None:
     if spec.engine == "trtllm" and spec.output == "lws":
         raise FieldError("output", "lws renders multi-node vLLM and SGLang replicas; TensorRT-LLM's multi-node "
                          "launch (MPI) is not rendered: use output deployments or dynamo-graph")
+    if spec.scale_to_zero_after_s is not None and spec.actuator == "hpa":
+        raise FieldError("scale_to_zero_after_s", "an HPA never scales below one replica (minReplicas >= 1): "
+                         "use actuator keda or kubernetes to scale to zero")
     if spec.auto_apply and spec.actuator == "kubernetes":
         raise FieldError("auto_apply", "with actuator kubernetes the manifests include a Role for the "
                          "controller; the profiler does not grant RBAC: apply them yourself, or choose keda, "

@@ -49,8 +49,10 @@ def link_gbps(resolved: Resolved) -> float:
 def document(resolved: Resolved, mode: Mode, bounds: dict[Pool, tuple[int, int]],
              max_gpus: int | None) -> dict[str, Any]:
     spec = resolved.spec
-    pools = {p.value: {"target": scale_target(resolved, p), "min_replicas": bounds[p][0],
+    sleeps = spec.scale_to_zero_after_s is not None  # every pool to zero together, or none (config.py)
+    pools = {p.value: {"target": scale_target(resolved, p), "min_replicas": 0 if sleeps else bounds[p][0],
                        "max_replicas": bounds[p][1]} for p in mode.pools}
+    zero = {"scale_to_zero_after_s": spec.scale_to_zero_after_s} if sleeps else {}
     return {
         "name": resolved.name, "mode": mode.value, "profile": "profile.json",
         "sla": {"ttft_ms": spec.sla.ttft_ms, "itl_ms": spec.sla.itl_ms, "percentile": spec.sla.percentile},
@@ -58,7 +60,7 @@ def document(resolved: Resolved, mode: Mode, bounds: dict[Pool, tuple[int, int]]
         "kv_link": {"gbps": link_gbps(resolved)},
         "metrics": {"source": "prometheus", "url": "http://prometheus-operated.monitoring.svc:9090",
                     "dialect": ENGINES[spec.engine].dialect, "selectors": selectors(resolved, mode)},
-        "actuator": {"kind": spec.actuator},
+        "actuator": {"kind": spec.actuator}, **zero,
     }
 
 

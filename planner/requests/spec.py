@@ -91,6 +91,9 @@ class ProfileRequestSpec(_Strict):
                               "image)")
     kv_link_gbps: float | None = Field(None, gt=0, le=100_000, description="prefill->decode KV link, Gb/s "
                                        "(default: the GPU's NIC)")
+    scale_to_zero_after_s: float | None = Field(None, ge=0, le=86_400, description="the pools go to zero after "
+                                                "this long without a request (min_replicas 0) and wake on the "
+                                                "next; keda and kubernetes actuators (default: never)")
 
 
 class FieldError(Exception):

@@ -7,10 +7,13 @@
   bounded ring buffer per policy);
 - ``GET /v1/fleet`` (``planner run --fleet``): the GPU budget and the last tick's GPUs wanted, granted and
   in use, per policy with the reason it got less (404 without a fleet);
-- ``POST /v1/plan``: what-if sizing (planner.decide.whatif.plan) for a given load, no side effects.
+- ``POST /v1/plan``: what-if sizing (planner.decide.whatif.plan) for a given load, no side effects;
+- ``POST /v1/wake``: the router's wake signal (`planner route --wake-url`): it holds requests for a policy
+  with no replica in rotation. The next read counts them as traffic, and a policy at zero ticks at once (its
+  loop, or its fleet) instead of at its next grid point (service/wake.py).
 
-Authentication: a bearer token (``--api-token-file``) guards every request that is not a GET. Nothing in
-the API changes the controller's state today; ``POST /v1/plan`` is read-only, but it runs the sizing model on
+Authentication: a bearer token (``--api-token-file``) guards every request that is not a GET. ``POST /v1/wake``
+can only wake a policy that may sleep (a scale-up to one replica per pool). ``POST /v1/plan`` is read-only, but it runs the sizing model on
 the CPU the control loop shares, so a flood of what-ifs could delay ticks: it is treated like a write and
 needs the token when one is configured. GETs stay open: Prometheus and KEDA read them without credentials.
 Without a token file the POST is open and the service logs so at start.
@@ -44,6 +47,18 @@ class PlanRequest(BaseModel):
     rate_rps: float = Field(ge=0, le=MAX_RATE_RPS, allow_inf_nan=False, description="requests per second")
     isl_tokens: float = Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False, description="mean input length")
     osl_tokens: float = Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False, description="mean output length")
+
+
+class WakeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    policy: str | None = Field(None, description="policy name; may be left out when the controller runs one")
+    waiting: int = Field(1, ge=1, le=MAX_RATE_RPS, description="requests the router holds for it")
+
+
+class WakeResponse(BaseModel):
+    policy: str
+    tick_now: bool = Field(description="true: the policy may sleep and a pool is at zero, so it ticks at once; "
+                           "false: the requests count at its next tick")
 
 
 class PlanResponse(BaseModel):
@@ -193,6 +208,16 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
         decision = what_if(loop.policy, profile, body.rate_rps, body.isl_tokens, body.osl_tokens)
         return {"policy": loop.name, "feasible": Reason.SLA_INFEASIBLE not in decision.reasons,
                 "decision": decision_json(decision)}
+
+    @app.post("/v1/wake", response_model=WakeResponse, tags=["api"], dependencies=[Depends(bearer_guard(token))],
+              responses={401: ERROR, 404: ERROR})
+    async def wake(body: WakeRequest) -> dict[str, Any]:
+        """The router holds requests for this policy: count them, and wake a policy at zero now."""
+        loop = pick(body.policy)
+        now = loop.wake(body.waiting)
+        if now:
+            (fleet if fleet is not None else loop).wake_signal.event.set()
+        return {"policy": loop.name, "tick_now": now}
 
     return app
 

@@ -28,7 +28,8 @@ def observation_json(observation: Observation | NoData) -> dict[str, Any]:
                           "ttft_ms_p95": _num(o.ttft_ms_p95), "itl_ms_p95": _num(o.itl_ms_p95),
                           "running": _num(o.running), "queue": _num(o.queue), "kv_usage": _num(o.kv_usage),
                           "ready_replicas": o.ready_replicas}
-                      for p, o in observation.pools.items()}}
+                      for p, o in observation.pools.items()},
+            **({"waiting_at_router": observation.waiting} if observation.waiting else {})}
 
 
 def forecast_json(forecast: LoadForecast | None) -> dict[str, Any] | None:

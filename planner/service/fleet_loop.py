@@ -26,6 +26,7 @@ from planner.decide.outlook import Outlook, outlook
 from planner.fleet import FleetTick, fit_decisions
 from planner.fleet_file import Fleet
 from planner.service.loop import ControlLoop, Decided, TickResult, run_on_grid
+from planner.service.wake import WakeSignal
 from planner.telemetry import record_fleet
 from planner.types import Decision, Observation, Reason
 
@@ -43,6 +44,7 @@ class FleetLoop:
         self.last: FleetTick | None = None
         self.in_use_gpus: float | None = None
         self.ticks = 0
+        self.wake_signal = WakeSignal()  # its event: a member policy woken by the router ticks the fleet now
         self.metrics.fleet_budget_gpus.set(fleet.max_gpus)
 
     def tick(self) -> list[TickResult]:

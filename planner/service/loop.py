@@ -44,6 +44,7 @@ from planner.clock import Clock
 from planner.service.decisions import DecisionLog, tick_record
 from planner.service.monitor import MissingSignalMonitor
 from planner.service.seed import ready_replicas, seeded_state
+from planner.service.wake import WakeSignal, with_waiting
 from planner.telemetry import (
     PlannerMetrics,
     record_decision,
@@ -160,6 +161,7 @@ class ControlLoop:
         self._seeded = False  # the controller's state reflects what the targets hold (re-done on takeover)
         self._said_unseedable = False
         self.last: TickResult | None = None
+        self.wake_signal = WakeSignal()  # the router's: requests held for want of a replica (service/wake.py)
         record_sla(metrics, self.name, policy.sla.ttft_ms, policy.sla.itl_ms, policy.sla.percentile)
         leads_now = getattr(elector, "leads_now", None)
         if leads_now is not None:
@@ -260,6 +262,9 @@ class ControlLoop:
         leader = self._lead(now_s)
         observation = self._read(now_s)
         self.monitor.observe(observation, now_s)
+        waiting = self.wake_signal.take()
+        if waiting and self.policy.scales_to_zero():  # a policy that cannot sleep holds on NoData as ever
+            observation = with_waiting(observation, waiting, now_s, self.window_s)
         held = self._seed(observation, now_s) if leader else None
         try:
             decision = self.controller.tick(observation, now_s)
@@ -313,6 +318,16 @@ class ControlLoop:
         self.logger.log(level, "policy %s: %s; observed %s; %s", self.name, pools, seen,
                         "applied" if applied.changed else "unchanged")
 
+    # ------------------------------------------------------------------------------------------ wake
+    def wake(self, waiting: int) -> bool:
+        """The router holds ``waiting`` requests for this policy: the next read sees them. True when the loop
+        should tick now (the policy may sleep and a pool of the decision in force is at zero); the caller then
+        sets the ``wake_signal.event`` of whatever runs the grid (this loop, or its fleet)."""
+        self.wake_signal.note(waiting)
+        if not self.policy.scales_to_zero():
+            return False
+        return self.in_force is None or any(n == 0 for n in self.in_force.targets().values())
+
     # ------------------------------------------------------------------------------------------ schedule
     def run(self, stop: threading.Event | None = None, max_ticks: int | None = None,
             wait: Callable[[float], object] | None = None) -> int:
@@ -322,21 +337,26 @@ class ControlLoop:
 
 def run_on_grid(tick: Callable[[], object], clock: Clock, interval_s: float, stop: threading.Event | None = None,
                 max_ticks: int | None = None, wait: Callable[[float], object] | None = None) -> int:
-    """Call ``tick`` on a grid of ``interval_s`` until ``stop`` is set or ``max_ticks`` ran; the tick count."""
+    """Call ``tick`` on a grid of ``interval_s`` until ``stop`` is set or ``max_ticks`` ran; the tick count.
+    A ``wait`` that returns before the grid point (a wake: service/wake.py wait_or_wake) ticks at once, off
+    the grid; the grid goes on where it was."""
     stop = stop or threading.Event()
     wait = wait or clock.sleep  # `planner run` passes stop.wait so a signal ends the wait at once
     start_s = clock.now_s()
     k = 0
+    due_s = start_s
     ran = 0
     while not stop.is_set() and (max_ticks is None or ran < max_ticks):
         tick()
         ran += 1
         now_s = clock.now_s()
-        # The next grid point strictly after now: a tick that overran skips the ones it missed.
-        k = max(k + 1, int((now_s - start_s) // interval_s) + 1)
+        if now_s >= due_s:  # a tick on the grid (a wake's tick, before its grid point, keeps the grid as it was)
+            # The next grid point strictly after now: a tick that overran skips the ones it missed.
+            k = max(k + 1, int((now_s - start_s) // interval_s) + 1)
+            due_s = start_s + k * interval_s
         if max_ticks is not None and ran >= max_ticks:
             break
-        wait(max(0.0, start_s + k * interval_s - now_s))
+        wait(max(0.0, due_s - now_s))
     return ran
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -24,6 +25,7 @@ from planner.errors import UserError
 from planner.service.grpc_thread import GrpcThread
 from planner.service.loop import ControlLoop, source_name
 from planner.service.monitor import MissingSignalMonitor
+from planner.service.wake import wait_or_wake
 from planner.telemetry import PlannerMetrics
 
 if TYPE_CHECKING:
@@ -236,13 +238,13 @@ class Service:
         """Tick every loop until stopped; returns the ticks run (all policies together)."""
         try:
             if self.fleet is not None:  # one grid: every policy decides, the fleet fits, then each applies
-                return self.fleet.run(self.stop_event, wait=self.stop_event.wait) * len(self.loops)
+                return self.fleet.run(self.stop_event, wait=self._wait(self.fleet)) * len(self.loops)
             if len(self.loops) == 1:
-                return self.loop.run(self.stop_event, wait=self.stop_event.wait)
+                return self.loop.run(self.stop_event, wait=self._wait(self.loop))
             counts = [0] * len(self.loops)
 
             def run_one(i: int) -> None:
-                counts[i] = self.loops[i].run(self.stop_event, wait=self.stop_event.wait)
+                counts[i] = self.loops[i].run(self.stop_event, wait=self._wait(self.loops[i]))
 
             threads = [threading.Thread(target=run_one, args=(i,), name=f"loop-{loop.name}", daemon=True)
                        for i, loop in enumerate(self.loops)]
@@ -253,6 +255,10 @@ class Service:
             return sum(counts)
         finally:
             self.close()
+
+    def _wait(self, runs: ControlLoop | FleetLoop) -> Callable[[float], None]:
+        """Between ticks: until the grid point, a stop (SIGTERM) or the router's wake signal (POST /v1/wake)."""
+        return wait_or_wake(self.stop_event, runs.wake_signal.event)
 
     def close(self) -> None:
         for loop in self.loops:  # every policy's: each process actuator stops the engines it started

@@ -84,6 +84,9 @@ class SimConfig:
     # 0 for a link that writes the KV straight into the decode server's cache (NIXL); planner bench fidelity
     # measures it for vLLM's ExampleConnector.
     decode_admit_s: float = 0.0
+    # Scale to zero: how long the router holds a request while its first pool has no READY replica (`planner
+    # route --hold-timeout-s`); past it the request fails. None: held as long as it takes.
+    hold_timeout_s: float | None = None
 
 
 CLIENT_OBSERVED_BACKENDS = ("endpoint", "kubernetes")  # profiles timed over HTTP, the front end included
@@ -120,7 +123,7 @@ class Cluster:
         timing = StepTiming(EngineModel(prefill_curve, decode_curve, config.chunk_tokens, front_s))
         self._events = EventQueue()
         self._fleet = fleet = Fleet(self.pools, self.gpus, config.startup_s, config.kill, kv_capacity_tokens,
-                                    self._events, self.log)
+                                    self._events, self.log, config.hold_timeout_s)
         decode: DecodeStage
         if self.aggregated:
             decode = AggregatedStage(self._events, timing, self.log, max_batch, kv_capacity_tokens,
@@ -165,6 +168,14 @@ class Cluster:
             next_arrival_s = arrival_s[i] if i < count else math.inf
         self.next_arrival = i
         self.now = max(self.now, t_end)
+
+    def held(self) -> int:
+        """Requests waiting for a READY replica of the pool every request starts in (the router holds them)."""
+        return self._fleet.held()
+
+    def enter_s(self, req: int) -> float:
+        """When request ``req`` reaches its first pool (its arrival plus the front end's share)."""
+        return self._enter_s[req]
 
     @property
     def finished(self) -> bool:

@@ -7,7 +7,10 @@ then the READY ones with the least outstanding work.
 
 Routing, least outstanding work first: a prompt goes to the READY prefill replica with the fewest prompt
 tokens queued; a sequence (its KV transferred, or an aggregated request) to the READY replica with the fewest
-sequences. While a pool has no READY replica its requests wait in the pool's pending queue.
+sequences. While a pool has no READY replica its requests wait in the pool's pending queue: for the pool every
+request starts in (prefill, aggregated) that is the router's hold (router/hold.py), bounded by
+``hold_timeout_s``: a request held longer fails (the router's 503), counted when the pool's first replica is
+ready (or at the end of the run).
 
 The stages (:mod:`~planner.sim.cluster.prefill`, :mod:`~planner.sim.cluster.decode`, ...) run the replicas' work; they are
 attached after construction because they in turn call :meth:`Fleet.route_sequence` and
@@ -41,7 +44,8 @@ _OUTSTANDING_SEQUENCES = attrgetter("outstanding_sequences")
 
 class Fleet:
     def __init__(self, pools: tuple[str, ...], gpus_per_replica: Mapping[str, int], startup_s: float, kill: bool,
-                 kv_capacity_tokens: int, events: EventQueue, log: RequestLog) -> None:
+                 kv_capacity_tokens: int, events: EventQueue, log: RequestLog,
+                 hold_timeout_s: float | None = None) -> None:
         self.pools = pools
         self.replicas: dict[str, list[Replica]] = {p: [] for p in pools}  # not GONE
         self.ready: dict[str, list[Replica]] = {p: [] for p in pools}
@@ -56,6 +60,7 @@ class Fleet:
         self._kv_capacity_tokens = kv_capacity_tokens
         self._events = events
         self._log = log
+        self._hold_timeout_s = hold_timeout_s
         self._last_replica_id = 0
         sequence_pool = Pool.AGGREGATED if Pool.AGGREGATED in pools else Pool.DECODE
         self._prefill_ready = cast("list[PrefillReplica]", self.ready.get("prefill", []))
@@ -68,6 +73,10 @@ class Fleet:
         """Connect the stages that take a routed request: prefill, and decode (or aggregated)."""
         self._admit_prompt = admit_prompt
         self._accept_sequence = accept_sequence
+
+    def held(self) -> int:
+        """Requests in the pending queue of the pool every request starts in (prefill, or aggregated)."""
+        return len(self._prefill_pending) if "prefill" in self.pending else len(self._sequence_pending)
 
     # ------------------------------------------------------------------------------------------ routing
     def route_prompt(self, req: int, now_s: float) -> None:
@@ -121,8 +130,13 @@ class Fleet:
             self.idle_prefill.append(replica)
         pending = self.pending[replica.pool]
         route = self.route_prompt if replica.pool == "prefill" else self.route_sequence
+        held_at_router = replica.pool != Pool.DECODE and self._hold_timeout_s is not None
         while pending:
-            route(pending.popleft(), now_s)
+            req = pending.popleft()
+            if held_at_router and now_s - self._log.arrival_s[req] > self._hold_timeout_s:  # type: ignore[operator]
+                self._log.fail(req)  # past the router's --hold-timeout-s: a 503, counted as failed
+                continue
+            route(req, now_s)
 
     def retire_if_drained(self, replica: Replica, now_s: float) -> None:
         """A DRAINING replica is removed once it holds nothing."""

@@ -7,7 +7,8 @@ and against one static pool per model sized at its peak (report contract: ``repo
   starts, ``cold_starts`` (pools started from zero replicas), the ticks where the budget bound, and cost when
   the fleet file prices its GPUs.
 - ``policies``: per policy its priority, the backtest's scores (scoring.summarise), whether it met its SLA,
-  and how many ticks the fleet granted it less than it decided.
+  how many ticks the fleet granted it less than it decided, its mean GPUs per pool and the share of the run
+  it slept (``mean_gpus``, ``asleep_share``: where the GPU-hours go).
 - ``comparisons.unshared``: the same planners, each alone (no budget); ``comparisons.static_peak``: each model
   on a fixed pool at the peak the unshared planner reached (what a team that sizes for its peak runs).
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from planner.fleet_file import Fleet
+from planner.router.defaults import HOLD_TIMEOUT_S
 from planner.sim.evaluate.backtest import sim_setup
 from planner.sim.evaluate.fleet_replay import FleetReplay, fleet_replay
 from planner.sim.evaluate.replay import Replay, replay
@@ -51,16 +53,19 @@ class StaticPools:
 
 def run_fleet_backtest(fleet: Fleet, traces: Mapping[str, RequestTrace], *, startup_s: float | None = None,
                        kill: bool = False, compare: bool = True, warmup_s: float = 0.0,
-                       progress: Callable[[str, float, float], None] | None = None) -> FleetBacktest:
-    """The fleet, and (``compare``) the comparisons; the first ``warmup_s`` of every trace run unscored."""
-    shared = fleet_replay(fleet, traces, startup_s=startup_s, kill=kill, warmup_s=warmup_s, progress=progress)
+                       progress: Callable[[str, float, float], None] | None = None, wake: bool = True,
+                       hold_timeout_s: float | None = HOLD_TIMEOUT_S) -> FleetBacktest:
+    """The fleet, and (``compare``) the comparisons; the first ``warmup_s`` of every trace run unscored.
+    ``wake``, ``hold_timeout_s``: scale to zero's wake and the router's hold (fleet_replay)."""
+    shared = fleet_replay(fleet, traces, startup_s=startup_s, kill=kill, warmup_s=warmup_s, progress=progress,
+                          wake=wake, hold_timeout_s=hold_timeout_s)
     report: dict = {"warmup_s": warmup_s, "fleet": _fleet_section(fleet, shared),
                     "policies": _policies(fleet, shared, traces, startup_s),
                     "traces": {n: t.summary() for n, t in traces.items()}}
     unshared = None
     if compare:
         unshared = fleet_replay(fleet, traces, shared=False, startup_s=startup_s, kill=kill, warmup_s=warmup_s,
-                                progress=progress)
+                                progress=progress, wake=wake, hold_timeout_s=hold_timeout_s)
         static = _static_peak(fleet, traces, unshared, startup_s, kill, warmup_s)
         report["comparisons"] = {"unshared": _comparison(fleet, unshared.replays, traces, unshared),
                                  "static_peak": _comparison(fleet, static, traces, None)}
@@ -85,6 +90,7 @@ def _policies(fleet: Fleet, run: FleetReplay, traces: Mapping[str, RequestTrace]
         s["priority"] = m.priority
         s["sla_met"] = _met(s, m.policy.sla.percentile)
         s["clamped_ticks"] = run.clamped_ticks[m.name]
+        s.update(_where_gpus_go(run, m.name))
         cold = run.cold_ttft_ms(m.name, m.policy.startup_s if startup_s is None else startup_s)
         wakes = [w for _, w in (run.asleep or {}).get(m.name, []) if w >= run.score_from_s]
         finite = [x for x in cold if math.isfinite(x)]
@@ -94,6 +100,17 @@ def _policies(fleet: Fleet, run: FleetReplay, traces: Mapping[str, RequestTrace]
                                          if cold else None)}
         out[m.name] = s
     return out
+
+
+def _where_gpus_go(run: FleetReplay, name: str) -> dict:
+    """Where the policy's GPU-hours go: its mean GPUs per pool (starting, ready and draining replicas) over the
+    scored samples, and the share of them it spent asleep (no replica at all)."""
+    rows = [r for r in run.replays[name].timeline if r["t_s"] >= run.score_from_s]
+    if not rows:
+        return {"mean_gpus": {}, "asleep_share": None}
+    pools = sorted(k[: -len(".gpus")] for k in rows[0] if k.endswith(".gpus"))
+    return {"mean_gpus": {p: round(sum(r[f"{p}.gpus"] for r in rows) / len(rows), 3) for p in pools},
+            "asleep_share": round(sum(r["gpus"] == 0 for r in rows) / len(rows), 4)}
 
 
 def _pct(values: list[float], q: float) -> float | None:

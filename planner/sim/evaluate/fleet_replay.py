@@ -9,13 +9,19 @@ Each policy's replay is an ordinary ``Replay`` (scored by scoring.summarise like
 keeps its own timeline: GPUs billed per policy (starting, ready and draining replicas) and granted, per
 sample. The fleet starts from each policy's warm fluid estimate (backtest.fluid_initial), fitted into the
 budget by the same stage.
+
+Scale to zero: a request that arrives for a policy whose every pool is at zero wakes it at once, as the router's
+wake signal does live (`planner route --wake-url`, ``POST /v1/wake``): the fleet ticks at that moment, off its
+grid (the grid goes on where it was), and the request waits at the router (the pool's pending queue) until a
+replica is ready, at most ``hold_timeout_s`` (`planner route --hold-timeout-s`'s default); past it the request
+fails, counted like any failure. The wait is in its TTFT.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,6 +30,7 @@ from planner.decide.fleet import PolicyAsk, PoolAsk, fit_fleet
 from planner.decide.spec import DeciderSpec
 from planner.fleet import FleetPlanner
 from planner.fleet_file import Fleet
+from planner.router.defaults import HOLD_TIMEOUT_S, WAKE_REPEAT_S
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
 from planner.sim.evaluate.backtest import sim_setup
@@ -73,12 +80,16 @@ class FleetReplay:
 
 def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bool = True,
                  startup_s: float | None = None, kill: bool = False, sample_s: float = 30.0, warmup_s: float = 0.0,
-                 progress: Callable[[str, float, float], None] | None = None) -> FleetReplay:
+                 progress: Callable[[str, float, float], None] | None = None, wake: bool = True,
+                 hold_timeout_s: float | None = HOLD_TIMEOUT_S) -> FleetReplay:
     """Replay ``traces`` (one per policy, by name) under the fleet's planners; ``shared=False``: no budget;
-    the first ``warmup_s`` run unscored (the planners gather history)."""
+    the first ``warmup_s`` run unscored (the planners gather history). ``wake``: a request for a policy at zero
+    ticks the fleet at once (False: at the next grid point, as without the router's signal)."""
     budget = fleet.max_gpus if shared else NO_BUDGET
-    setups = {m.name: sim_setup(traces[m.name], m.profile, m.policy, startup_s=startup_s, kill=kill)
-              for m in fleet.members}
+    setups = {}
+    for m in fleet.members:
+        ctx, cfg = sim_setup(traces[m.name], m.profile, m.policy, startup_s=startup_s, kill=kill)
+        setups[m.name] = (ctx, replace(cfg, hold_timeout_s=hold_timeout_s))
     initial = _fitted_initial(fleet, {n: dict(ctx.initial) for n, (ctx, _) in setups.items()}, budget)
     controllers = {m.name: make_planner_controller(m.policy, m.profile, None, initial[m.name]) for m in fleet.members}
     planner = FleetPlanner(fleet, controllers, max_gpus=budget)
@@ -103,34 +114,63 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     slept_at: dict[str, float | None] = {n: (0.0 if not any(v > 0 for v in initial[n].values()) else None)
                                          for n in clusters}
     next_tick, next_sample, last_progress = interval, 0.0, -math.inf
+    signalled: dict[str, float] = dict.fromkeys(clusters, -math.inf)  # the router's last wake signal per policy
+
+    def fleet_tick(t: float) -> None:
+        nonlocal starts, cold
+        tick = planner.tick({n: sources[n].read(windows[n], t) for n in clusters}, t)
+        for name in tick.fit.order:
+            d = tick.granted[name]
+            new = d.targets()
+            scored = t >= warmup_s
+            starts += scored * sum(max(0, n - granted[name].get(p, 0)) for p, n in new.items())
+            actuators[name].apply(new)
+            if not any(n > 0 for n in new.values()) and slept_at[name] is None:
+                slept_at[name] = t
+            elif any(n > 0 for n in new.values()) and slept_at[name] is not None:
+                asleep[name].append((slept_at[name], t))  # type: ignore[arg-type]
+                slept_at[name] = None
+                cold += scored
+            granted[name] = {**granted[name], **new}
+            decisions[name].append(d)
+            targets[name].append((t, dict(new)))
+            clamped[name] += int(tick.fit.reason(name) is not None and t >= warmup_s)
+        if tick.fit.binds and t >= warmup_s:
+            ticks.append(tick.summary())
+
+    def next_wake() -> tuple[float, str | None]:
+        """When the router next signals a policy at zero: at the first request it holds, and again every
+        WAKE_REPEAT_S while it still holds some (the wake tick may grant nothing: the budget binds)."""
+        best: tuple[float, str | None] = (math.inf, None)
+        if not wake:
+            return best
+        for name, c in clusters.items():
+            if slept_at[name] is None:
+                continue
+            if c.held():
+                at = signalled[name] + WAKE_REPEAT_S
+            elif c.next_arrival < c.log.count:
+                at = max(c.enter_s(c.next_arrival), signalled[name] + WAKE_REPEAT_S)
+            else:
+                continue
+            best = min(best, (at, name), key=lambda x: x[0])
+        return best
+
     while True:
-        t = min(next_tick, next_sample)
+        wake_s, waking = next_wake()
+        t = min(next_tick, next_sample, wake_s)
         for c in clusters.values():
             c.run_until(t)
         if t == next_sample:
             fleet_rows.append(_fleet_row(t, clusters, timelines, sources, sample_s, decisions, granted, per_replica))
             next_sample += sample_s
         if t == next_tick:
-            tick = planner.tick({n: sources[n].read(windows[n], t) for n in clusters}, t)
-            for name in tick.fit.order:
-                d = tick.granted[name]
-                new = d.targets()
-                scored = t >= warmup_s
-                starts += scored * sum(max(0, n - granted[name].get(p, 0)) for p, n in new.items())
-                actuators[name].apply(new)
-                if not any(n > 0 for n in new.values()) and slept_at[name] is None:
-                    slept_at[name] = t
-                elif any(n > 0 for n in new.values()) and slept_at[name] is not None:
-                    asleep[name].append((slept_at[name], t))  # type: ignore[arg-type]
-                    slept_at[name] = None
-                    cold += scored
-                granted[name] = {**granted[name], **new}
-                decisions[name].append(d)
-                targets[name].append((t, dict(new)))
-                clamped[name] += int(tick.fit.reason(name) is not None and t >= warmup_s)
-            if tick.fit.binds and t >= warmup_s:
-                ticks.append(tick.summary())
+            fleet_tick(t)
             next_tick += interval
+        elif t == wake_s and waking is not None:
+            signalled[waking] = t
+            if clusters[waking].held():  # a request arrived (or still waits) for it: the fleet ticks now
+                fleet_tick(t)
         if progress is not None and t - last_progress >= 60.0:
             progress("fleet" if shared else "unshared", min(t, last_arrival), last_arrival)
             last_progress = t

@@ -1,0 +1,137 @@
+"""The controller's side of the router's wake signal: POST /v1/wake counts the held requests in the next read and
+makes a policy at zero tick at once (service/wake.py), off its grid, which then goes on where it was. Fake clock
+for the grid; the API over real HTTP."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from planner.controller import make_planner_controller
+from planner.policy_file import parse_policy
+from planner.profile import load_profile
+from planner.service.api import create_service_app
+from planner.service.background import BackgroundServer
+from planner.service.loop import ControlLoop, run_on_grid
+from planner.service.wake import wait_or_wake
+from planner.telemetry import PlannerMetrics
+from planner.testing.actuator import RecordingActuator
+from planner.testing.clock import FakeClock
+from planner.types import NoData, NoDataReason, Observation, PoolObservation, Reason
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles" / "h200" / "qwen3-8b.json"
+TOKEN = "wake-token"
+
+
+@pytest.mark.parametrize(("wakes_at", "ticks"), [
+    ((), [0, 30, 60, 90]),
+    ((40,), [0, 30, 40, 60, 90]),  # a wake ticks at once; the grid goes on (60, not 70)
+    ((40, 45), [0, 30, 40, 45, 60]),
+    ((59.5,), [0, 30, 59.5, 60, 90]),
+])
+def test_a_wake_ticks_off_the_grid_and_keeps_the_grid(wakes_at: tuple[float, ...], ticks: list[float]) -> None:
+    clock = FakeClock(0.0)
+    at: list[float] = []
+    pending = list(wakes_at)
+
+    def wait(seconds: float) -> None:  # as wait_or_wake: the time passes, unless a wake comes first
+        due = clock.now_s() + seconds
+        if pending and pending[0] < due:
+            clock.advance(pending.pop(0) - clock.now_s())
+        else:
+            clock.advance(seconds)
+
+    run_on_grid(lambda: at.append(clock.now_s()), clock, 30.0, max_ticks=len(ticks), wait=wait)
+    assert at == ticks
+
+
+def test_wait_or_wake_ends_at_the_wake_or_the_stop_or_the_time() -> None:
+    stop, woken = threading.Event(), threading.Event()
+    wait = wait_or_wake(stop, woken)
+    started = time.monotonic()
+    wait(0.3)
+    assert 0.3 <= time.monotonic() - started < 2
+    threading.Timer(0.2, woken.set).start()
+    started = time.monotonic()
+    wait(60)
+    assert time.monotonic() - started < 5 and not woken.is_set()  # cleared: the next wait is a whole one
+    threading.Timer(0.2, stop.set).start()
+    started = time.monotonic()
+    wait(60)
+    assert time.monotonic() - started < 5
+
+
+class Sleeping:
+    """What Prometheus gives for a policy at zero: idle pools while replicas run, no series once none does."""
+
+    def __init__(self) -> None:
+        self.series = True
+
+    def read(self, window_s: float, now_s: float) -> Observation | NoData:
+        if not self.series:
+            return NoData(NoDataReason.EMPTY, "no series", now_s)
+        idle = PoolObservation(requests=0, rate_rps=0, ready_replicas=1)
+        return Observation(now_s, window_s, {"prefill": idle, "decode": idle})
+
+
+def _loop(clock: FakeClock, zero: bool) -> tuple[ControlLoop, Sleeping, RecordingActuator]:
+    pools = {"min_replicas": 0} if zero else {}
+    pol = parse_policy({"name": "sleepy", "profile": str(PROFILE), "interval_s": 30, "scale_to_zero_after_s": 60,
+                        "pools": {"prefill": dict(pools), "decode": dict(pools)}, "actuator": {"kind": "dry-run"},
+                        "forecast": {"model": "last-value"}})
+    source, actuator = Sleeping(), RecordingActuator({"prefill": 1, "decode": 1})
+    loop = ControlLoop(pol, make_planner_controller(pol, load_profile(PROFILE)), source, actuator, PlannerMetrics(),
+                       clock)
+    return loop, source, actuator
+
+
+def test_the_router_wakes_a_policy_at_zero_over_the_api() -> None:
+    clock = FakeClock(1_700_000_000.0)
+    loop, source, actuator = _loop(clock, zero=True)
+    for _ in range(5):  # idle past the 60 s window: to zero
+        loop.tick()
+        clock.advance(30)
+    assert actuator.current == {"prefill": 0, "decode": 0}
+    source.series = False  # no replica, no series
+    loop.tick()
+    assert actuator.current == {"prefill": 0, "decode": 0}  # nothing wakes it on its own
+    with BackgroundServer(create_service_app([loop], TOKEN)) as server:
+        assert httpx.post(server.url + "/v1/wake", json={"waiting": 2}, timeout=10).status_code == 401
+        r = httpx.post(server.url + "/v1/wake", json={"policy": "other"}, timeout=10,
+                       headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 404
+        r = httpx.post(server.url + "/v1/wake", json={"waiting": 0}, timeout=10,
+                       headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 422
+        r = httpx.post(server.url + "/v1/wake", json={"policy": "sleepy", "waiting": 2}, timeout=10,
+                       headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 200 and r.json() == {"policy": "sleepy", "tick_now": True}
+    assert loop.wake_signal.event.is_set()
+    clock.advance(3)
+    result = loop.tick()
+    assert actuator.current == {"prefill": 1, "decode": 1}
+    assert result.decision is not None and Reason.WAKE_TOGETHER in result.decision.reasons
+    assert isinstance(result.observation, Observation) and result.observation.waiting == 2
+    clock.advance(30)
+    again = loop.tick()  # the signal was taken once: no series and nobody said more, so the decision holds
+    assert isinstance(again.observation, NoData) and actuator.current == {"prefill": 1, "decode": 1}
+    assert loop.wake(1) is False  # awake now: the requests count at the next tick, nothing ticks early
+
+
+def test_a_policy_that_never_sleeps_is_not_woken_and_still_holds_on_no_data() -> None:
+    clock = FakeClock(1_700_000_000.0)
+    loop, source, actuator = _loop(clock, zero=False)
+    loop.tick()
+    before = dict(actuator.current)
+    source.series = False
+    assert loop.wake(5) is False
+    clock.advance(30)
+    result = loop.tick()
+    assert result.decision is not None and Reason.NO_DATA_HOLD in result.decision.reasons
+    assert isinstance(result.observation, NoData)
+    assert actuator.current == before
