@@ -22,7 +22,7 @@ from planner.testing.vllm_server import SERVER_ENV
 from planner.types import Mode
 from tests.support.engine_fixtures import words
 from tests.support.process_fixtures import EMULATED_PROFILE, Load, port_range, registry_value, wait_until
-from tests.test_engine_closed_loop import READY_TIMEOUT_S, START_S, UNPINNED, vllm_command
+from tests.test_engine_closed_loop import START_S, UNPINNED, vllm_command
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
@@ -42,7 +42,8 @@ def test_scale_down_under_load_on_real_vllm_fails_no_request(vllm_engine, tmp_pa
         "actuator": {"kind": "process", "command": vllm_command(vllm_engine, "aggregated"),
                      "env": {**SERVER_ENV, **UNPINNED}, "port_range": list(port_range(8)),
                      "state_dir": str(state), "drain_s": 60, "stop_grace_s": 20,
-                     "ready_timeout_s": READY_TIMEOUT_S}}, "test-policy")
+                     # A start is not retried here: on a loaded machine a retry only throws its progress away.
+                     "ready_timeout_s": START_S}}, "test-policy")
     app = create_router_app(state / "targets.json", Mode.AGGREGATED)
     backends = app.state.backends
     router = BackgroundServer(app, port=0).start()
