@@ -61,7 +61,7 @@ def test_gauges_the_engine_does_not_export_are_waited_out_not_read_as_idle(engin
 
 
 def test_the_hook_is_bounded_by_drain_s(engine) -> None:
-    client = threading.Thread(target=lambda: stream(engine.url, "a b", 400))
+    client = threading.Thread(target=lambda: stream(engine.url, "a b", 200))
     client.start()
     wait_until(lambda: running_requests(engine.url) >= 1, 10, "the request in flight")
     started = time.monotonic()

@@ -26,8 +26,8 @@ from tests.test_engine_closed_loop import START_S, UNPINNED, vllm_command
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-LOAD_RPS = 2.0
-OUTPUT_TOKENS = 24  # long enough that requests are in flight on the replica when it leaves rotation
+LOAD_RPS = 3.0
+OUTPUT_TOKENS = 64  # long enough that both replicas hold several requests when one leaves rotation
 log = logging.getLogger("test.engine_drain")
 
 
@@ -58,8 +58,8 @@ def test_scale_down_under_load_on_real_vllm_fails_no_request(vllm_engine, tmp_pa
         try:
             # Both serve, and the one that goes has requests in flight when it leaves rotation.
             wait_until(lambda: all(b.sent >= 2 for b in backends.by_address.values()), 60, "both replicas serving")
-            wait_until(lambda: all(b.outstanding >= 1 for b in backends.by_address.values()), 30,
-                       "requests in flight on both replicas", every_s=0.02)
+            wait_until(lambda: all(b.outstanding >= 2 for b in backends.by_address.values()), 60,
+                       "requests in flight on both replicas", every_s=0.01)
             actuator.apply({"aggregated": 1})
             (retired,) = [r for r in actuator.replicas if r.state == "draining"]
             in_flight_at_removal = backends.by_address[retired.address].outstanding
