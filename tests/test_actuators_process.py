@@ -53,9 +53,13 @@ def actuators() -> Iterator[list[ProcessActuator]]:
         a.close(timeout_s=30)
 
 
-def make(made: list[ProcessActuator], tmp_path: Path, **actuator: object) -> ProcessActuator:
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def make(made: list[ProcessActuator], tmp_path: Path, gauges: tuple[str, ...] = GAUGES,
+         **actuator: object) -> ProcessActuator:
     pol = policy(tmp_path, **actuator)
-    a = ProcessActuator.from_policy(pol, pol.actuator, ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+    a = ProcessActuator.from_policy(pol, pol.actuator, gauges)
     made.append(a)
     return a
 
@@ -144,6 +148,68 @@ def test_drain_waits_for_in_flight_requests_after_the_router_dropped_the_replica
     for s in results:  # nothing lost: both streams complete, the drained replica's included
         assert s.status == 200 and s.done and s.error is None and s.completion_tokens == 300
     assert events(a, "drained") == 1 and events(a, "drain_timeout") == 0
+
+
+def test_scale_down_retires_the_replica_the_router_counts_least_in_flight_not_the_newest(actuators, tmp_path,
+                                                                                       caplog) -> None:
+    """The router's count alone decides (the engines' gauges are named wrongly, so unknown): the newest replica
+    carries a stream and stays; the older, idle one is drained and stopped; the stream completes."""
+    caplog.set_level(logging.INFO, LOGGER)
+    state = tmp_path / "state"
+    app = create_router_app(state / "targets.json", Mode.AGGREGATED)
+    backends = app.state.backends
+    router = BackgroundServer(app, port=0).start()
+    results: list = []
+    try:
+        a = make(actuators, tmp_path, gauges=("no_such_gauge",), router_url=router.url, drain_s=30)
+        a.apply({"aggregated": 2})
+        wait_until(lambda: len(ready(a)) == 2 and len(backends.by_address) == 2, 60, "two replicas in rotation")
+        oldest, newest = sorted(a.replicas, key=lambda r: r.launched_s)
+        # A long stream on each replica, then the one on the oldest ends early: only the newest is busy.
+        short = threading.Thread(target=lambda: results.append(stream(router.url, "a b", 5)))
+        long = threading.Thread(target=lambda: results.append(stream(router.url, "a b c " * 20, 250)))
+        short.start()
+        wait_until(lambda: sum(b.sent for b in backends.by_address.values()) == 1, 10, "the short stream sent")
+        long.start()
+        wait_until(lambda: all(b.sent == 1 for b in backends.by_address.values()), 10, "one stream on each")
+        short.join(30)
+        busy = backends.by_address[newest.address]
+        if busy.outstanding != 1:  # the router put the long stream on the oldest: swap roles, still a test
+            oldest, newest = newest, oldest
+            busy = backends.by_address[newest.address]
+        assert busy.outstanding == 1 and backends.by_address[oldest.address].outstanding == 0
+        a.apply({"aggregated": 1})
+        wait_until(lambda: oldest.exit_code() is not None, 30, "the idle replica to be drained and stopped")
+        assert newest.exit_code() is None and ready(a) == [newest.port]
+        assert targets(a.targets_file) == {"aggregated": [newest.port]}
+        long.join(60)
+    finally:
+        router.stop()
+    assert sorted(s.completion_tokens for s in results) == [5, 250]
+    assert all(s.status == 200 and s.done and s.error is None for s in results)
+    assert events(a, "drained") == 1 and events(a, "drain_timeout") == 0
+    assert f"in flight per port: {oldest.port}: 0, {newest.port}: 1" in caplog.text or \
+        f"in flight per port: {newest.port}: 1, {oldest.port}: 0" in caplog.text
+
+
+def test_scale_down_without_a_router_retires_the_replica_whose_engine_holds_least(actuators, tmp_path) -> None:
+    """No router: the engines' own in-system gauges decide. A client talks to the newest replica directly;
+    the scale-down takes the older, idle one, and the direct stream completes."""
+    a = make(actuators, tmp_path)
+    a.apply({"aggregated": 2})
+    wait_until(lambda: len(ready(a)) == 2, 60, "two ready replicas")
+    oldest, newest = sorted(a.replicas, key=lambda r: r.launched_s)
+    results: list = []
+    client = threading.Thread(target=lambda: results.append(stream(newest.url, "a b c " * 20, 250)))
+    client.start()
+    wait_until(lambda: (newest.in_flight(GAUGES) or 0) >= 1, 10, "the stream to reach the newest engine")
+    a.apply({"aggregated": 1})
+    wait_until(lambda: oldest.exit_code() is not None, 30, "the idle replica to be drained and stopped")
+    assert newest.exit_code() is None and ready(a) == [newest.port]
+    client.join(60)
+    assert len(results) == 1 and results[0].status == 200 and results[0].done
+    assert results[0].completion_tokens == 250
+    assert events(a, "drained") == 1
 
 
 def test_a_taken_port_is_skipped_and_said_once(actuators, tmp_path, caplog) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from planner.actuators.deletion_cost import ANNOTATION
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
 from planner.actuators.targets import ScaleTarget, targets_from_policy
@@ -34,7 +35,18 @@ from planner.telemetry import PlannerMetrics
 from planner.testing.clock import FakeClock
 from planner.testing.kube_apiserver import KubeAPIServer, crds_dir, service_account_user
 from planner.types import Observation, PoolObservation
-from tests.support.kube_objects import RBAC_KINDS, apply, deployment, granted, in_namespace, used
+from tests.support.kube_objects import (
+    RBAC_KINDS,
+    annotations,
+    apply,
+    default_service_account,
+    deployment,
+    granted,
+    in_namespace,
+    pod,
+    set_ready,
+    used,
+)
 from tests.test_deploy import DEPLOY, OVERLAYS, REPO, by_kind, policy_of, render
 
 pytestmark = pytest.mark.kube
@@ -78,10 +90,20 @@ def test_rendered_rbac_grants_what_the_planner_uses_and_nothing_else(overlay: st
     scales = any(r.endswith("/scale") for _, r, _, _ in grants)
     act = KubernetesScaleActuator(targets, api, request_timeout_s=5)
 
+    marks = ("", "pods", "patch", "") in grants
     if scales:
         for t in targets.values():
             assert act.scale(t, 2) == (1, 2, True)
             assert replicas(kube, ns, t.name) == 2
+    if marks:  # a scale-down marks the pod it removes (pod-deletion-cost): list and patch on pods
+        apply(kube, [default_service_account(ns)])
+        for t in targets.values():
+            for i in range(2):
+                apply(kube, [pod(ns, f"{t.name}-{i}", {"app": t.name})])
+                set_ready(kube, ns, f"{t.name}-{i}", ip=None)
+            assert act.scale(t, 1) == (2, 1, True)
+        marked = {n for n, a in annotations(kube, ns).items() if ANNOTATION in a}
+        assert len(marked) == len(targets)
     else:
         with pytest.raises(ActuationError, match="forbidden"):
             act.read_replicas()
@@ -97,7 +119,8 @@ def test_rendered_rbac_grants_what_the_planner_uses_and_nothing_else(overlay: st
         clock.advance(2)
         assert elector.step(clock.now_s()) and elector.problem is None  # get + update (renew)
 
-    # Anything else is 403: another Deployment's scale, the Deployments themselves, pods, another Lease.
+    # Anything else is 403: another Deployment's scale, the Deployments themselves, deleting pods (and listing
+    # them where nothing is marked), another Lease.
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     other = KubernetesScaleActuator({"decode": replace(next(iter(targets.values())), name="other")}, api)
     with pytest.raises(ActuationError, match="forbidden"):
@@ -105,7 +128,8 @@ def test_rendered_rbac_grants_what_the_planner_uses_and_nothing_else(overlay: st
     name = next(iter(targets.values())).name
     assert api_status(apps.read_namespaced_deployment, name, ns) == 403
     assert api_status(apps.patch_namespaced_deployment, name, ns, {"spec": {"paused": True}}) == 403
-    assert api_status(core.list_namespaced_pod, ns) == 403
+    assert api_status(core.list_namespaced_pod, ns) == (200 if marks else 403)
+    assert api_status(core.delete_namespaced_pod, "any", ns) == 403  # marked, never deleted by the planner
     assert api_status(core.read_namespaced_config_map, "planner-policy", ns) == 403
     stranger = LeaseElector(api, "someone-else", ns, "pod-a", 15.0)
     assert not stranger.step(time.time()) and stranger.problem is not None and "forbidden" in stranger.problem

@@ -34,7 +34,7 @@ import yaml
 
 from planner.actuators.errors import ActuationError
 from planner.actuators.kubernetes import KubernetesScaleActuator
-from planner.actuators.targets import SCALABLE_KINDS, resolve_target, targets_from_policy
+from planner.actuators.targets import MARKED_KINDS, SCALABLE_KINDS, resolve_target, targets_from_policy
 from planner.service.events import ScaleEvents
 from planner.service.leader import LeaseElector
 from tests.support.fake_kube import FakeKube, status_body
@@ -138,15 +138,19 @@ def required_permissions(objs: list[dict], tmp_path: Path) -> set[Permission]:
     (container,) = by_kind(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
     args = container["args"]
     code = code_permissions()
-    unknown = {p for p in code if not (p[1].endswith("/scale") or p[1] in ("leases", "events"))}
+    unknown = {p for p in code if not (p[1].endswith("/scale") or p[1] in ("leases", "events", "pods"))}
     assert not unknown, f"planner/ calls {sorted(unknown)}: teach tests/test_rbac.py how to scope them"
     required: set[Permission] = set()
     if policy.actuator.kind == "kubernetes" and "--dry-run" not in args:
-        for t in targets_from_policy(policy, policy.actuator.kind).values():
+        targets = targets_from_policy(policy, policy.actuator.kind).values()
+        for t in targets:
             verbs = {v for g, r, v in code if (g, r) == (t.group, f"{t.plural}/scale")}
             assert verbs, f"no call in planner/ scales {t.describe()}"
             required |= {(t.group, f"{t.plural}/scale", v, t.name) for v in verbs}
         required |= {(g, r, v, None) for g, r, v in code if r == "events"}  # an Event on each scale
+        if any(t.kind in MARKED_KINDS for t in targets):  # the pod a scale-down removes is marked first
+            # Pods are named at run time: no resourceNames (list cannot have any).
+            required |= {(g, r, v, None) for g, r, v in code if r == "pods"}
     if "--leader-elect" in args:
         name = lease_name(args)
         required |= {(g, r, v, None if v in UNNAMEABLE_VERBS else name) for g, r, v in code if r == "leases"}
@@ -188,6 +192,7 @@ def test_the_code_scan_finds_the_calls_the_actuator_and_elector_make() -> None:
     code = code_permissions()
     # The scan is the source of truth; this only guards against it silently finding nothing.
     assert ("apps", "deployments/scale", "get") in code and ("coordination.k8s.io", "leases", "create") in code
+    assert {("", "pods", "list"), ("", "pods", "patch")} <= code  # the pod-deletion-cost mark
     assert {r for _, r, _ in code if r.endswith("/scale")} >= {f"{p}/scale" for _, p in SCALABLE_KINDS.values()}
 
 

@@ -19,7 +19,9 @@ import yaml
 from planner.policy_file import load_policy
 from planner.requests import artifacts, pipeline
 from planner.requests.checks import check
+from planner.requests.drain_hook import DRAIN_S, ENDPOINTS_DELAY_S, HOOK
 from planner.requests.spec import parse_spec
+from planner.sources.dialects import get_dialect
 from tests.support.requests_support import spec_data
 from tests.test_deploy import K8S_VERSION, by_kind, render, validate
 
@@ -206,8 +208,51 @@ def test_policy_targets_and_scalers_agree_with_the_objects(rendered: tuple[str, 
     roles = by_kind(objs, "Role")
     assert bool(roles) is (policy.actuator.kind == "kubernetes")
     for role in roles:  # exactly the targets' /scale, as deploy/overlays/direct grants
-        assert sorted(n for r in role["rules"] for n in r["resourceNames"]) == sorted(
+        scale_rules = [r for r in role["rules"] if r["resources"][0].endswith("/scale")]
+        assert sorted(n for r in scale_rules for n in r["resourceNames"]) == sorted(
             policy.pool(p).target.name for p in policy.pool_names())  # type: ignore[union-attr]
+        # and, for Deployments, list/patch on pods: a scale-down marks the pod it removes (pod-deletion-cost)
+        pod_rules = [r for r in role["rules"] if r["resources"] == ["pods"]]
+        deployments = any(policy.pool(p).target.kind == "Deployment" for p in policy.pool_names())  # type: ignore[union-attr]
+        assert pod_rules == ([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}]
+                             if deployments else [])
+
+
+def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj["kind"] == "Deployment":
+        return [obj["spec"]["template"]["spec"]]
+    return [t["spec"] for k, t in obj["spec"]["leaderWorkerTemplate"].items() if k.endswith("Template")]
+
+
+def test_every_engine_pod_drains_before_sigterm_within_its_grace_period(rendered: tuple[str, Any, Path]) -> None:
+    """A preStop hook that waits for the engine's requests in flight (an LWS worker: its leader's), and a
+    terminationGracePeriodSeconds that covers it; Dynamo's workers get the time and drain themselves."""
+    _, outcome, out = rendered
+    gauges = get_dialect(load_policy(out / "policy.yaml").metrics.dialect).in_system_gauges  # the planner's own
+    for obj in outcome.rendered.objects:
+        if obj["kind"] == "DynamoGraphDeployment":
+            for svc in obj["spec"]["services"].values():
+                if svc["componentType"] != "worker":
+                    continue
+                pod = svc["extraPodSpec"]
+                env = {e["name"]: e["value"] for e in pod["mainContainer"]["env"]}
+                assert int(env["DYN_WORKER_GRACEFUL_SHUTDOWN_TIMEOUT"]) >= DRAIN_S
+                assert pod["terminationGracePeriodSeconds"] > int(env["DYN_WORKER_GRACEFUL_SHUTDOWN_TIMEOUT"])
+                assert "lifecycle" not in pod["mainContainer"]  # a preStop would delay leaving discovery
+            continue
+        if obj["kind"] not in ("Deployment", "LeaderWorkerSet"):
+            continue
+        for spec in _pod_specs(obj):
+            assert spec["terminationGracePeriodSeconds"] >= DRAIN_S + ENDPOINTS_DELAY_S
+            for c in spec["containers"]:
+                argv = c["lifecycle"]["preStop"]["exec"]["command"]
+                assert argv[:3] == ["python3", "-c", HOOK] and float(argv[4]) == DRAIN_S
+                port = int(argv[3])
+                serving = "ports" in c
+                assert argv[6] == ("" if serving else "LWS_LEADER_ADDRESS")
+                if serving:
+                    assert port == c["ports"][0]["containerPort"]
+                assert tuple(argv[7:]) == gauges
 
 
 def test_validation_catches_mistakes_in_the_crd_kinds() -> None:

@@ -42,6 +42,21 @@ class RouterView:
 
     def entry(self, address: str) -> dict | None:
         """{"in_rotation": bool, "outstanding": int} for ``address``, {} when the router does not know it."""
+        replicas = self.replicas()
+        if replicas is None:
+            return None
+        return replicas.get(address, {})
+
+    def outstanding(self) -> dict[str, float] | None:
+        """The router's outstanding count per replica address (None: no router, or it does not answer)."""
+        replicas = self.replicas()
+        if replicas is None:
+            return None
+        return {a: float(e["outstanding"]) for a, e in replicas.items()
+                if isinstance(e.get("outstanding"), int | float)}
+
+    def replicas(self) -> dict[str, dict] | None:
+        """Address -> the router's entry for it; None when there is no router or it does not answer."""
         if self.url is None:
             return None
         try:
@@ -57,10 +72,8 @@ class RouterView:
             self._warned = False
             self.logger.info("router %s answers again", self.url)
         replicas = body.get("replicas") if isinstance(body, dict) else None
-        for item in replicas if isinstance(replicas, list) else []:
-            if isinstance(item, dict) and item.get("address") == address:
-                return item
-        return {}
+        return {item["address"]: item for item in (replicas if isinstance(replicas, list) else [])
+                if isinstance(item, dict) and isinstance(item.get("address"), str)}
 
 
 def drain(replica: Replica, router: RouterView, gauges: Sequence[str], drain_s: float) -> DrainResult:

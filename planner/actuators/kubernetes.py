@@ -9,7 +9,9 @@ again before anything else is written:
   reports what is there, and the control loop re-seeds the controller from it, so the next tick re-decides
   from what is there instead of overwriting it.
 Only ``spec.replicas`` of the Scale object is written, never below the pool's floor, and no write at all
-when the target is already at the wanted count. ``may_write`` (leader election) is asked right before every
+when the target is already at the wanted count. Before a scale-down of a Deployment the pods it should
+remove (the least loaded Ready ones) are marked with ``controller.kubernetes.io/pod-deletion-cost``
+(deletion_cost.py), so that its ReplicaSet removes those. ``may_write`` (leader election) is asked right before every
 write: a controller whose Lease may have expired does not write.
 """
 
@@ -35,8 +37,12 @@ class KubernetesScaleActuator:
                  field_manager: str = "planner", max_attempts: int = MAX_ATTEMPTS,
                  request_timeout_s: float = 10.0, logger: logging.Logger = log,
                  may_write: Callable[[], str | None] | None = None,
-                 on_conflict: Callable[[str], None] | None = None) -> None:
+                 on_conflict: Callable[[str], None] | None = None,
+                 in_flight_gauges: tuple[str, ...] = ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+                 ) -> None:
         from kubernetes import client
+
+        from planner.actuators.deletion_cost import DeletionMarker
 
         self.targets = dict(targets)
         self.api_client = api_client
@@ -49,6 +55,9 @@ class KubernetesScaleActuator:
         # None: write; a message: why this controller must not write now (e.g. its Lease may have expired).
         self.may_write = may_write
         self.on_conflict = on_conflict
+        # The dialect's in-system gauges: a pod's load when choosing which one a scale-down removes.
+        self.marker = DeletionMarker(api_client, in_flight_gauges, request_timeout_s, logger)
+        self.selectors: dict[str, str | None] = {}  # pool -> its Scale's status.selector, as last read
 
     @classmethod
     def from_policy(cls, policy: Policy, api_client: Any = None, kind: str = "kubernetes",
@@ -63,9 +72,11 @@ class KubernetesScaleActuator:
                   else self.apps.read_namespaced_stateful_set_scale)
             scale = fn(t.name, t.namespace, _request_timeout=self.request_timeout_s)
             replicas = scale.spec.replicas if scale.spec is not None else None
+            self.selectors[t.pool] = scale.status.selector if scale.status is not None else None
             return int(replicas or 0), str(scale.metadata.resource_version if scale.metadata is not None else "")
         obj: Any = self.custom.get_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural,
                                                                   t.name, _request_timeout=self.request_timeout_s)
+        self.selectors[t.pool] = (obj.get("status") or {}).get("selector")
         return int((obj.get("spec") or {}).get("replicas") or 0), str(obj["metadata"]["resourceVersion"])
 
     def _replace(self, t: ScaleTarget, replicas: int, resource_version: str) -> None:
@@ -136,6 +147,8 @@ class KubernetesScaleActuator:
             current, rv = self._call(t, lambda: self.read(t))
             if first is None:
                 first = current
+                if replicas < current:  # which pods go, chosen before the count that removes them is written
+                    self.marker.mark(t, self.selectors.get(t.pool), replicas, self.may_write)
             elif current != first:
                 self.logger.warning("%s: another writer moved replicas %d -> %d while we wrote %d (%d conflict%s); "
                                     "not overwriting it: the next tick decides from %d", t.describe(), first,

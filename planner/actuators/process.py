@@ -9,7 +9,8 @@ once; a supervisor thread then keeps it so (README "Running on a workstation"):
 - a start that fails (exits, or is not ready within ``ready_timeout_s``) is stopped, counted, said in one
   line, and retried after a back-off that doubles; the pool holds meanwhile;
 - a ready replica that exits is counted, said in one line and replaced;
-- retire: starting replicas first (newest first, nothing in flight), then the newest ready ones, each
+- retire: starting replicas first (newest first, nothing in flight), then the least loaded ready ones
+  (the router's outstanding count and the engine's in-system gauges, victims.py; newest among equals), each
   drained (drain.py: out of targets.json and the router, in-flight requests finish, up to ``drain_s``)
   before SIGTERM, and SIGKILL after ``stop_grace_s``;
 - ``close()`` drains and stops them all.
@@ -33,6 +34,7 @@ from planner.actuators.errors import ActuationError
 from planner.actuators.file_sd import Target, state_dir_of, targets_path, write_targets
 from planner.actuators.replica import Replica, ephemeral_range, port_is_free, substitute
 from planner.actuators.settings import ActuatorSettings
+from planner.actuators.victims import Candidate, least_loaded
 from planner.config import Policy
 from planner.types import Applied
 
@@ -44,6 +46,7 @@ log = logging.getLogger("planner.actuators.process")
 SUPERVISE_S = 0.25
 BACKOFF_FIRST_S = 5.0
 BACKOFF_MAX_S = 300.0
+LOAD_TIMEOUT_S = 1.0  # asking an engine its in-flight count while choosing which replica retires
 
 
 @dataclass(frozen=True)
@@ -241,12 +244,32 @@ class ProcessActuator:
         return None
 
     def _retire(self, live: list[Replica], count: int) -> None:
-        # Starting ones first (nothing in flight, not routed), newest first; then the newest ready ones.
-        order = sorted(live, key=lambda r: (r.state != "starting", -r.launched_s))
-        for replica in order[:count]:
+        # Starting ones first (nothing in flight, not routed), newest first; then the least loaded ready ones.
+        starting = sorted((r for r in live if r.state == "starting"), key=lambda r: -r.launched_s)
+        ready = [r for r in live if r.state == "ready"]
+        chosen = starting[:count]
+        if count > len(chosen):
+            chosen += self._least_loaded(ready, count - len(chosen))
+        for replica in chosen:
             was_ready = replica.state == "ready"
             replica.state = "draining"
             self._spawn(self._drain_and_stop if was_ready else self._stop_starting, replica)
+
+    def _least_loaded(self, ready: list[Replica], count: int) -> list[Replica]:
+        """The ``count`` ready replicas with the fewest requests in flight (victims.py), newest among equals."""
+        if count >= len(ready):  # all of them go: no choice to make, nothing to ask
+            return ready
+        via_router = self.router.outstanding()
+        candidates = [Candidate(r, r.launched_s,
+                                via_router.get(r.address, 0.0) if via_router is not None else None,
+                                r.in_flight(self.settings.in_flight_gauges, timeout_s=LOAD_TIMEOUT_S))
+                      for r in ready]
+        chosen = least_loaded(candidates, count)
+        loads = ", ".join(f"{c.item.port}: {_load_text(c.load)}" for c in candidates)
+        self.logger.info("pool %s: retiring the least loaded ready replica%s, port%s %s (in flight per port: %s)",
+                         ready[0].pool, "" if count == 1 else "s", "" if count == 1 else "s",
+                         ", ".join(str(r.port) for r in chosen), loads)
+        return chosen
 
     def _spawn(self, target, replica: Replica) -> None:  # noqa: ANN001
         worker = threading.Thread(target=target, args=(replica,), name=f"replica-{replica.port}", daemon=True)
@@ -400,3 +423,7 @@ class ProcessActuator:
         for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))
         self._publish()
+
+
+def _load_text(load: float | None) -> str:
+    return "unknown" if load is None else f"{load:g}"

@@ -38,7 +38,8 @@ class ActuatorContext:
     may_write: Callable[[], str | None] | None = None  # leader election: None to write, else why not
     on_conflict: Callable[[str], None] | None = None  # a 409 on a pool's write (counted by telemetry)
     request_timeout_s: float = 10.0  # every Kubernetes API call of the actuator
-    # The metrics dialect's gauges of requests in the system: what a process replica's drain waits on.
+    # The metrics dialect's gauges of requests in the system: what a process replica's drain waits on, and
+    # a replica's load when a scale-down chooses which one goes.
     in_flight_gauges: tuple[str, ...] = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
@@ -57,7 +58,8 @@ def _kubernetes(ctx: ActuatorContext) -> KindActuator:
     return KubernetesScaleActuator.from_policy(ctx.policy, ctx.api_client, ctx.settings.kind,
                                                may_write=ctx.may_write,
                                                on_conflict=ctx.on_conflict,
-                                               request_timeout_s=ctx.request_timeout_s)
+                                               request_timeout_s=ctx.request_timeout_s,
+                                               in_flight_gauges=ctx.in_flight_gauges)
 
 
 def _reader(ctx: ActuatorContext) -> Any:

@@ -107,16 +107,7 @@ class Replica:
 
     def in_flight(self, gauges: Sequence[str], timeout_s: float = 2.0) -> float | None:
         """Requests the engine holds (the sum of the dialect's in-system gauges); None when unknown."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        try:
-            with urllib.request.urlopen(f"{self.url}/metrics", timeout=timeout_s) as r:
-                text = r.read().decode("utf-8", errors="replace")
-            found = [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name in gauges]
-        except (OSError, urllib.error.URLError, ValueError):
-            return None
-        total = sum(found)
-        return total if found and math.isfinite(total) else None
+        return engine_in_flight(self.url, gauges, timeout_s)
 
     def last_log_line(self) -> str:
         try:
@@ -146,6 +137,21 @@ class Replica:
                 self.proc.stdin.close()
             except OSError:
                 pass
+
+
+def engine_in_flight(url: str, gauges: Sequence[str], timeout_s: float = 2.0) -> float | None:
+    """Requests the engine at ``url`` holds (the sum of the dialect's in-system gauges on its /metrics);
+    None when unknown (it does not answer, or exports none of them)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=timeout_s) as r:
+            text = r.read().decode("utf-8", errors="replace")
+        found = [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name in gauges]
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+    total = sum(found)
+    return total if found and math.isfinite(total) else None
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -17,6 +17,10 @@ SCALABLE_KINDS: dict[str, tuple[str, str]] = {
     "PodCliqueScalingGroup": ("grove.io", "podcliquescalinggroups"),
 }
 
+# Kinds whose pods a ReplicaSet removes, honouring controller.kubernetes.io/pod-deletion-cost: a scale-down
+# of these marks the pods it should remove first (deletion_cost.py), which needs list and patch on pods.
+MARKED_KINDS = frozenset({"Deployment"})
+
 
 @dataclass(frozen=True)
 class ScaleTarget:

@@ -4,7 +4,9 @@ DynamoGraphDeployment, with the engine's TP flags and GPU requests filled in.
 Every pod carries ``llm-d.ai/role`` (prefill | decode | both), which the shipped PodMonitors
 (deploy/engines/) turn into the ``pool`` label the policy's selectors use; Dynamo's operator labels its
 pods itself (nvidia.com/dynamo-*component-type) for its PodMonitor. A replica of TP t on nodes of g GPUs
-spans ceil(t / g) nodes and requests t / nodes GPUs per pod.
+spans ceil(t / g) nodes and requests t / nodes GPUs per pod. Every engine pod drains before SIGTERM: a
+preStop hook waits for its requests in flight, within terminationGracePeriodSeconds (drain_hook.py);
+Dynamo's workers drain on SIGTERM themselves, given the time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.requests.checks import Resolved
+from planner.requests.drain_hook import DRAIN_S, ENDPOINTS_DELAY_S, GRACE_S, pre_stop
 from planner.requests.engines import (
     ENGINES,
     dynamo_image,
@@ -21,6 +24,7 @@ from planner.requests.engines import (
     multinode_commands,
     serve_args,
 )
+from planner.sources.dialects import get_dialect
 from planner.types import Mode, Pool
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "planner"}
@@ -71,6 +75,7 @@ def _image(layout: Layout) -> str:
 def _container(layout: Layout, pool: Pool, command: list[str], args: list[str] | None,
                serves: bool = True) -> dict[str, Any]:
     engine = ENGINES[layout.resolved.spec.engine]
+    gauges = get_dialect(engine.dialect).in_system_gauges
     gpus = str(layout.gpus_per_pod(pool))
     resource = gpu_resource(layout.resolved.hardware.vendor)
     container: dict[str, Any] = {
@@ -85,12 +90,16 @@ def _container(layout: Layout, pool: Pool, command: list[str], args: list[str] |
         container["ports"] = [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}]
         container["startupProbe"] = {**probe, "failureThreshold": STARTUP_PROBE_S // 10}
         container["readinessProbe"] = probe
+    # Drain before SIGTERM (drain_hook.py): a serving container waits for its own requests; an LWS worker
+    # waits for its leader's, so that the group outlives the leader's drain.
+    container["lifecycle"] = pre_stop(engine.port, gauges, host_env="" if serves else "LWS_LEADER_ADDRESS")
     return container
 
 
 def _pod(layout: Layout, pool: Pool, container: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     return {"metadata": {"labels": labels},
-            "spec": {"containers": [container],
+            "spec": {"terminationGracePeriodSeconds": GRACE_S,  # the preStop drain and the engine's stop
+                     "containers": [container],
                      # NCCL needs more shared memory than a container's default 64 MiB once TP > 1.
                      "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}]}}
 
@@ -135,8 +144,13 @@ def _dgd_worker(layout: Layout, pool: Pool, backend: str, image: str) -> dict[st
         "resources": {"limits": {"gpu": str(layout.gpus_per_pod(pool))}},
         # The planner scales each worker service through its DynamoGraphDeploymentScalingAdapter.
         "scalingAdapter": {"enabled": r.spec.actuator != "dry-run"},
-        "extraPodSpec": {"mainContainer": {"image": image, "command": ["python3", "-m", f"dynamo.{backend}"],
-                                           "args": dynamo_worker_args(backend, r.served_name, tp, pool)}}}
+        # Dynamo drains on SIGTERM itself (docs/drain.md): it leaves discovery at once, then waits for in-flight
+        # requests up to DYN_WORKER_GRACEFUL_SHUTDOWN_TIMEOUT; a preStop would only delay leaving discovery.
+        "extraPodSpec": {"terminationGracePeriodSeconds": GRACE_S,
+                         "mainContainer": {"image": image, "command": ["python3", "-m", f"dynamo.{backend}"],
+                                           "args": dynamo_worker_args(backend, r.served_name, tp, pool),
+                                           "env": [{"name": "DYN_WORKER_GRACEFUL_SHUTDOWN_TIMEOUT",
+                                                    "value": str(DRAIN_S + ENDPOINTS_DELAY_S)}]}}}
     if pool is not Pool.AGGREGATED:
         service["subComponentType"] = pool.value
     if nodes > 1:

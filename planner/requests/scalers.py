@@ -5,7 +5,8 @@ tolerance 0, no stabilisation), made for the rendered pools:
 - keda: a ScaledObject per pool whose metrics-api trigger reads the planner's ``/v1/desired?pool=``;
 - hpa: an autoscaling/v2 HPA per pool on the External metric ``planner_desired_replicas``
   (prometheus-adapter rule: deploy/overlays/hpa/prometheus-adapter-values.yaml);
-- kubernetes: a Role letting the planner's ServiceAccount get/update exactly these targets' ``/scale``;
+- kubernetes: a Role letting the planner's ServiceAccount get/update exactly these targets' ``/scale``
+  (and list/patch pods where a target is a Deployment: the pod-deletion-cost mark of a scale-down);
 - dry-run: nothing (advisory).
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from planner.actuators.targets import SCALABLE_KINDS
+from planner.actuators.targets import MARKED_KINDS, SCALABLE_KINDS
 from planner.policy_file import PolicyFile
 from planner.types import Pool
 
@@ -66,19 +67,24 @@ def hpa(policy: PolicyFile, pool: Pool) -> dict[str, Any]:
 
 
 def scale_role(policy: PolicyFile) -> list[dict[str, Any]]:
-    """What planner/actuators/kubernetes.py calls (read/replace of /scale) on these targets only."""
+    """What planner/actuators/kubernetes.py calls (read/replace of /scale) on these targets only, and on the
+    pods of Deployment targets (list, patch: planner/actuators/deletion_cost.py)."""
     rules: dict[tuple[str, str], list[str]] = {}
     namespace = ""
+    marks = False
     for pool in policy.pool_names():
         target = policy.pool(pool).target
         assert target is not None
+        marks = marks or target.kind in MARKED_KINDS
         group, plural = SCALABLE_KINDS[target.kind]
         rules.setdefault((group, f"{plural}/scale"), []).append(target.name)
         namespace = target.namespace
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "planner-scale", "namespace": namespace},
-            "rules": [{"apiGroups": [g], "resources": [r], "resourceNames": names, "verbs": ["get", "update"]}
-                      for (g, r), names in rules.items()]}
+            "rules": [*({"apiGroups": [g], "resources": [r], "resourceNames": names, "verbs": ["get", "update"]}
+                        for (g, r), names in rules.items()),
+                      # a scale-down marks the pod it removes (pod-deletion-cost): list and patch, not nameable
+                      *([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}] if marks else [])]}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                "metadata": {"name": "planner-scale", "namespace": namespace},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "planner-scale"},

@@ -36,12 +36,14 @@ from planner.testing.ports import free_port
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 HOW_TO_GET = ("kube tests need a kube-apiserver and etcd: set KUBEBUILDER_ASSETS to a folder holding both "
               "(.ci/run unpacks ../shared/kube/*.xz into ~/.cache/planner/kube-assets and sets it)")
-# Every request's metadata (who, verb, resource, name, response code); writes of a /scale and of Leases also
-# with their body, so that a test reads which replicas were written when, and who renewed a Lease until when.
+# Every request's metadata (who, verb, resource, name, response code); writes of a /scale, of Leases and of
+# pods also with their body, so that a test reads which replicas were written when, who renewed a Lease until
+# when, and which pod was marked for deletion before which scale write.
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
                 "rules": [{"level": "Request", "verbs": ["update", "patch", "create"],
                            "resources": [{"group": "apps", "resources": ["deployments/scale", "statefulsets/scale"]},
-                                         {"group": "coordination.k8s.io", "resources": ["leases"]}]},
+                                         {"group": "coordination.k8s.io", "resources": ["leases"]},
+                                         {"group": "", "resources": ["pods"]}]},
                           {"level": "Metadata"}]}
 
 

@@ -65,3 +65,35 @@ def granted(roles: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
                         for name in rule.get("resourceNames") or [""]:
                             out.add((group, resource, verb, name))
     return out
+
+
+def default_service_account(namespace: str) -> dict[str, Any]:
+    """What kube-controller-manager would create in every namespace (none runs here); a Pod needs it."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}}
+
+
+def pod(namespace: str, name: str, labels: dict[str, str], port: int = 8000) -> dict[str, Any]:
+    """A Pod as a ReplicaSet would make it (no kubelet runs here: it stays Pending until ``set_ready``).
+    The namespace needs ``default_service_account`` first."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"containers": [{"name": "engine", "image": "engine:test",
+                                     "ports": [{"name": "http", "containerPort": port}]}]}}
+
+
+def set_ready(kube: KubeAPIServer, namespace: str, name: str, ip: str | None = "127.0.0.1") -> None:
+    """What the kubelet reports of a running pod that passes its readiness probe (the status subresource);
+    ``ip`` None: no pod IP (nothing to ask for its load)."""
+    from kubernetes import client
+
+    now = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {"phase": "Running",
+                              "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}
+    if ip is not None:
+        status |= {"podIP": ip, "podIPs": [{"ip": ip}]}
+    client.CoreV1Api(kube.api_client()).patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+def annotations(kube: KubeAPIServer, namespace: str) -> dict[str, dict[str, str]]:
+    """Pod name -> its annotations."""
+    items = yaml.safe_load(kube.kubectl("-n", namespace, "get", "pods", "-o", "yaml").stdout)["items"]
+    return {p["metadata"]["name"]: p["metadata"].get("annotations") or {} for p in items}
