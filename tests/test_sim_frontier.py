@@ -110,7 +110,9 @@ def test_cli_backtest_frontier_writes_files_and_the_report_section(tmp_path: Pat
     assert rc == 0
     front = json.loads((out / "frontier.json").read_text())
     assert list(front["policies"]) == ["planner", "dynamo-throughput"]
-    assert [p["value"] for p in front["policies"]["planner"]["points"]] == [0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
+    shipped = load_policy(policy_file).forecast.quantile  # the policy's own quantile is a point too
+    expected = sorted({0.5, 0.7, 0.8, 0.9, 0.95, 0.99, shipped})
+    assert [p["value"] for p in front["policies"]["planner"]["points"]] == expected
     assert [c["other"] for c in front["comparisons"]] == ["dynamo-throughput"]
     assert "## Frontier" in (out / "report.md").read_text()
     assert not (out / "frontier.png").exists()  # --no-plots
