@@ -129,7 +129,43 @@ def lint_runs(request: pytest.FixtureRequest) -> dict[tuple[str, ...], tuple[sub
 SHARED_SERVER_LAST_USERS = ("test_engine_endpoint.py", "test_engine_fidelity.py")
 
 
+# The files without an engine that take longest on 2 cores (CI's run, seconds: --durations=0 summed per file),
+# longest first. .ci/run hands whole files to its two pytest-xdist workers in collection order
+# (--dist loadfile --no-loadscope-reorder), so these start first and the many short files fill in beside them
+# at the end; by default xdist starts the files with the most tests first, which left a file of a few long
+# tests (the day on the simulator, the quick suite) to run alone on one worker at the end while the other
+# idled. Only the order changes: every test runs, on whichever worker is free.
+LONGEST_FILES = (
+    "test_faults.py",  # ~230 s: a day on the simulator under tracemalloc
+    "test_bench_suite.py",  # ~220 s: the quick suite from a fresh clone
+    "test_up.py",  # ~150 s: scripted `planner up` runs
+    "test_kube_leader.py",  # ~110 s: lease failovers on a real kube-apiserver
+    "test_sim_backtest.py",  # ~90 s
+    "test_lint.py",  # ~70 s: mypy
+    "test_dashboard_live.py",  # ~60 s
+    "test_sim_reseed.py",  # ~50 s
+    "test_sim_frontier.py",  # ~45 s
+    "test_bench_fleet.py",
+    "test_bench_seeds.py",
+    "test_process_loop.py",
+    "test_service_e2e.py",
+    "test_kubernetes_backend.py",
+    "test_actuators_process.py",
+    "test_kube_api.py",
+)
+
+
+def longest_files_first(items: list[pytest.Item]) -> None:
+    """Stable: the files of LONGEST_FILES in its order, then every other file in its collected place."""
+    first = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    under_xdist = hasattr(config, "workerinput")
+    if under_xdist:  # each worker collects; the controller schedules the files in the order the workers report
+        longest_files_first(items)
+
     def rank(item: pytest.Item) -> int:
         name = item.path.name
         if name in SHARED_SERVER_LAST_USERS:
@@ -138,7 +174,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     # Under pytest-xdist every worker collects every test, and any one of them may run the lint test: it
     # runs mypy itself there (one core's worth, beside the other worker) rather than each worker starting one.
-    under_xdist = hasattr(config, "workerinput")
     if not under_xdist and any(item.nodeid.endswith("test_clean[mypy]") for item in items):
         start_lint(config, ["mypy", "planner"])
     # The engine modules, in the places they already hold, are reordered among themselves (stable).
