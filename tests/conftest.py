@@ -129,29 +129,32 @@ def lint_runs(request: pytest.FixtureRequest) -> dict[tuple[str, ...], tuple[sub
 SHARED_SERVER_LAST_USERS = ("test_engine_endpoint.py", "test_engine_fidelity.py")
 
 
-# The files without an engine that take longest on 2 cores (CI's run, seconds: --durations=0 summed per file),
-# longest first. .ci/run hands whole files to its two pytest-xdist workers in collection order
-# (--dist loadfile --no-loadscope-reorder), so these start first and the many short files fill in beside them
-# at the end; by default xdist starts the files with the most tests first, which left a file of a few long
-# tests (the day on the simulator, the quick suite) to run alone on one worker at the end while the other
-# idled. Only the order changes: every test runs, on whichever worker is free.
+# The files without an engine that take longest (--durations=0 summed per file; ~s on CI's 2 cores), longest
+# first. .ci/run hands whole files to its two pytest-xdist workers in collection order (--dist loadfile
+# --no-loadscope-reorder), so these start first and the many short files fill in beside them at the end. By
+# default xdist starts the files with the most tests first, which leaves the files of a few long tests (the
+# lease failovers, the process loop's restarts) for the end, where one worker runs them while the other idles.
+# Only the order changes: every test runs, on whichever worker is free.
 LONGEST_FILES = (
+    "test_bench_suite.py",  # ~230 s: the quick suite, from a fresh clone and under another policy
     "test_faults.py",  # ~230 s: a day on the simulator under tracemalloc
-    "test_bench_suite.py",  # ~220 s: the quick suite from a fresh clone
-    "test_up.py",  # ~150 s: scripted `planner up` runs
-    "test_kube_leader.py",  # ~110 s: lease failovers on a real kube-apiserver
-    "test_sim_backtest.py",  # ~90 s
-    "test_lint.py",  # ~70 s: mypy
-    "test_dashboard_live.py",  # ~60 s
-    "test_sim_reseed.py",  # ~50 s
-    "test_sim_frontier.py",  # ~45 s
-    "test_bench_fleet.py",
-    "test_bench_seeds.py",
-    "test_process_loop.py",
-    "test_service_e2e.py",
-    "test_kubernetes_backend.py",
-    "test_actuators_process.py",
+    "test_up.py",  # ~130 s: scripted `planner up` runs
+    "test_sim_reseed.py",
+    "test_sim_backtest.py",
     "test_kube_api.py",
+    "test_lint.py",  # mypy: ~65 s
+    "test_kube_leader.py",
+    "test_kubernetes_backend.py",
+    "test_bench_seeds.py",
+    "test_cli_profile.py",
+    "test_dashboard_live.py",
+    "test_sim_frontier.py",
+    "test_sim_lower_bound.py",
+    "test_forecast_cli.py",
+    "test_sim_warmup.py",
+    "test_decide_itl_model.py",
+    "test_sim_offline.py",
+    "test_process_loop.py",
 )
 
 
