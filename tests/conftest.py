@@ -129,7 +129,46 @@ def lint_runs(request: pytest.FixtureRequest) -> dict[tuple[str, ...], tuple[sub
 SHARED_SERVER_LAST_USERS = ("test_engine_endpoint.py", "test_engine_fidelity.py")
 
 
+# The files without an engine that take longest (--durations=0 summed per file; ~s on CI's 2 cores), longest
+# first. .ci/run hands whole files to its two pytest-xdist workers in collection order (--dist loadfile
+# --no-loadscope-reorder), so these start first and the many short files fill in beside them at the end. By
+# default xdist starts the files with the most tests first, which leaves the files of a few long tests (the
+# lease failovers, the process loop's restarts) for the end, where one worker runs them while the other idles.
+# Only the order changes: every test runs, on whichever worker is free.
+LONGEST_FILES = (
+    "test_bench_suite.py",  # ~230 s: the quick suite, from a fresh clone and under another policy
+    "test_faults.py",  # ~230 s: a day on the simulator under tracemalloc
+    "test_up.py",  # ~130 s: scripted `planner up` runs
+    "test_sim_reseed.py",
+    "test_sim_backtest.py",
+    "test_kube_api.py",
+    "test_lint.py",  # mypy: ~65 s
+    "test_kube_leader.py",
+    "test_kubernetes_backend.py",
+    "test_bench_seeds.py",
+    "test_cli_profile.py",
+    "test_dashboard_live.py",
+    "test_sim_frontier.py",
+    "test_sim_lower_bound.py",
+    "test_forecast_cli.py",
+    "test_sim_warmup.py",
+    "test_decide_itl_model.py",
+    "test_sim_offline.py",
+    "test_process_loop.py",
+)
+
+
+def longest_files_first(items: list[pytest.Item]) -> None:
+    """Stable: the files of LONGEST_FILES in its order, then every other file in its collected place."""
+    first = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    under_xdist = hasattr(config, "workerinput")
+    if under_xdist:  # each worker collects; the controller schedules the files in the order the workers report
+        longest_files_first(items)
+
     def rank(item: pytest.Item) -> int:
         name = item.path.name
         if name in SHARED_SERVER_LAST_USERS:
@@ -138,7 +177,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     # Under pytest-xdist every worker collects every test, and any one of them may run the lint test: it
     # runs mypy itself there (one core's worth, beside the other worker) rather than each worker starting one.
-    under_xdist = hasattr(config, "workerinput")
     if not under_xdist and any(item.nodeid.endswith("test_clean[mypy]") for item in items):
         start_lint(config, ["mypy", "planner"])
     # The engine modules, in the places they already hold, are reordered among themselves (stable).
