@@ -155,6 +155,12 @@ LONGEST_FILES = (
     "test_decide_itl_model.py",
     "test_sim_offline.py",
     "test_process_loop.py",
+    "test_bench_fleet.py",  # ~1-2 min: the quick fleet benchmark
+    "test_router_hold.py",  # a `planner run` + `planner route` wake end to end
+    "test_actuators_process.py",
+    "test_drain_hook.py",
+    "test_fleet_stage_properties.py",
+    "test_kube_deletion_cost.py",
 )
 
 
