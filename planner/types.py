@@ -300,6 +300,9 @@ class Reason(StrEnum):
     BASELINE = "baseline"
     BUDGET_LEAN = "budget_lean"  # error budget healthy: sized at the lean quantile
     BUDGET_BURNING = "budget_burning"  # error budget burning fast or nearly spent: sized at forecast.quantile
+    # No error budget measured yet (a start, a what-if, too few requests in the window, the short window not yet
+    # covered): sized at forecast.quantile with the hedge, as while it burns (unknown is never read as healthy).
+    BUDGET_UNMEASURED = "budget_unmeasured"
     FLEET_PRIORITY = "fleet_priority"  # the fleet's budget went to a higher-priority policy first
     FLEET_SHARE = "fleet_share"  # the fleet's budget was shared with policies of equal priority
     IDLE_WINDOW = "idle_window"  # min_replicas 0: one replica kept until idle for scale_to_zero_after_s

@@ -40,9 +40,9 @@ HEALTHY = SlaBudget(remaining=0.9, burn_short=0.5, burn_long=0.4, attainment=0.9
 
 @pytest.mark.parametrize("budget, q, reason", [
     pytest.param(HEALTHY, 0.5, Reason.BUDGET_LEAN, id="healthy-lean"),
-    pytest.param(None, 0.8, Reason.BUDGET_BURNING, id="unknown-conservative"),
+    pytest.param(None, 0.8, Reason.BUDGET_UNMEASURED, id="unknown-conservative"),
     pytest.param(replace(HEALTHY, burn_short=FAST_BURN + 0.1), 0.8, Reason.BUDGET_BURNING, id="fast-burn"),
-    pytest.param(replace(HEALTHY, burn_short=None), 0.8, Reason.BUDGET_BURNING, id="short-window-unknown"),
+    pytest.param(replace(HEALTHY, burn_short=None), 0.8, Reason.BUDGET_UNMEASURED, id="short-window-unknown"),
     pytest.param(replace(HEALTHY, burn_long=1.2), 0.8, Reason.BUDGET_BURNING, id="slow-burn-over-the-window"),
     pytest.param(replace(HEALTHY, remaining=LOW_REMAINING - 0.01), 0.8, Reason.BUDGET_BURNING, id="nearly-spent"),
     pytest.param(replace(HEALTHY, burn_long=None), 0.5, Reason.BUDGET_LEAN, id="long-window-unknown-short-ok"),
@@ -101,7 +101,7 @@ def test_a_healthy_budget_sizes_leaner_and_a_burning_one_as_the_policy_always_di
     assert Reason.BUDGET_BURNING in burning.pools["decode"].reasons
     # The off switch: the budget is ignored, and the decision is the conservative one without the reason.
     assert shipped.targets() == burning.targets()
-    assert not {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING} & set(shipped.reasons)
+    assert not {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING, Reason.BUDGET_UNMEASURED} & set(shipped.reasons)
 
 
 def test_lean_above_the_conservative_quantile_names_the_key() -> None:
@@ -168,7 +168,7 @@ def test_the_controller_measures_the_budget_in_a_replay_and_spends_it() -> None:
     cfg = SimConfig(startup_s=60.0, sla_ttft_ms=pol.sla.ttft_ms, sla_itl_ms=pol.sla.itl_ms)
     rep = replay(tr, prof, c, cfg, {"prefill": 6, "decode": 2}, window_s=60.0)
     reasons = [r for d in rep.decisions for r in d.reasons]
-    assert Reason.BUDGET_BURNING in reasons  # the first minutes: nothing measured yet, so conservative
+    assert Reason.BUDGET_UNMEASURED in reasons  # the first minutes: nothing measured yet, so conservative
     assert Reason.BUDGET_LEAN in reasons  # then a steady load that meets the SLA leaves the budget healthy
     b = c.last_budget
     assert b is not None and b.requests > 10_000
@@ -205,7 +205,7 @@ def test_off_holds_the_suites_figures_and_on_moves_them() -> None:
     base, off, on = row(hedge), row(off_again), row(shipped)
     assert off[1] == base[1]
     assert (off[0]["gpu_hours"], off[0]["attainment_joint"]) == (base[0]["gpu_hours"], base[0]["attainment_joint"])
-    budget = {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING}
+    budget = {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING, Reason.BUDGET_UNMEASURED}
     assert not any(budget & set(reasons) for _, reasons in base[1])
     assert sum(bool(budget & set(reasons)) for _, reasons in on[1]) > len(on[1]) / 2
 

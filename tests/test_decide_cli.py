@@ -17,7 +17,7 @@ def test_plan_prints_the_decision_as_json(capsys) -> None:
     assert out["pools"]["prefill"]["replicas"] == 8 and out["pools"]["decode"]["replicas"] == 2
     assert out["pools"]["decode"]["gpus_per_replica"] == 2 and out["gpus"] == 12
     # A what-if has no measured error budget: the example sizes conservatively (its forecast.quantile) and says so.
-    assert out["reasons"] == ["sla_capacity", "budget_burning"]
+    assert out["reasons"] == ["sla_capacity", "budget_unmeasured"]
     assert out["predicted_ttft_ms"] <= 1000 and out["predicted_itl_ms"] <= 40
 
 

@@ -93,9 +93,9 @@ def headroom_quantile(policy: Policy, budget: SlaBudget | None) -> tuple[float, 
     if not policy.sla.budget_control:
         return policy.forecast.quantile, None
     conservative = (policy.forecast.quantile, Reason.BUDGET_BURNING)
-    if budget is None or budget.remaining < LOW_REMAINING:
-        return conservative
-    if budget.burn_short is None or budget.burn_short > FAST_BURN:
+    if budget is None or budget.burn_short is None:
+        return policy.forecast.quantile, Reason.BUDGET_UNMEASURED
+    if budget.remaining < LOW_REMAINING or budget.burn_short > FAST_BURN:
         return conservative
     if budget.burn_long is not None and budget.burn_long > SLOW_BURN:
         return conservative
