@@ -154,7 +154,8 @@ def test_the_simulated_source_counts_what_met_the_targets() -> None:
     assert isinstance(o2, Observation) and o2.pools["prefill"].ttft_counted is None
 
 
-def test_the_controller_measures_the_budget_in_a_replay_and_spends_it() -> None:
+def _replay_example(duration_s: float, score_from_s: float = 0.0):
+    """The example's controller replayed over a steady 15 req/s (it meets the SLA at 6 prefill + 2 decode)."""
     from planner.controller import make_planner_controller
     from planner.profile import load_profile
     from planner.sim.cluster.cluster import SimConfig
@@ -163,10 +164,15 @@ def test_the_controller_measures_the_budget_in_a_replay_and_spends_it() -> None:
 
     pol = load_policy(EXAMPLE)
     prof = load_profile(pol.profile)
-    tr = constant(15.0, 1500.0, isl=1200, osl=200, seed=4)
+    tr = constant(15.0, duration_s, isl=1200, osl=200, seed=4)
     c = make_planner_controller(pol, prof, "last-value", {"prefill": 6, "decode": 2})
     cfg = SimConfig(startup_s=60.0, sla_ttft_ms=pol.sla.ttft_ms, sla_itl_ms=pol.sla.itl_ms)
-    rep = replay(tr, prof, c, cfg, {"prefill": 6, "decode": 2}, window_s=60.0)
+    rep = replay(tr, prof, c, cfg, {"prefill": 6, "decode": 2}, window_s=60.0, score_from_s=score_from_s)
+    return pol, c, rep
+
+
+def test_the_controller_measures_the_budget_in_a_replay_and_spends_it() -> None:
+    pol, c, rep = _replay_example(1500.0)
     reasons = [r for d in rep.decisions for r in d.reasons]
     assert Reason.BUDGET_UNMEASURED in reasons  # the first minutes: nothing measured yet, so conservative
     assert Reason.BUDGET_LEAN in reasons  # then a steady load that meets the SLA leaves the budget healthy
@@ -225,18 +231,7 @@ def test_a_promise_that_began_later_counts_only_what_came_after_it() -> None:
 
 
 def test_a_replay_tells_the_controller_where_the_scored_window_begins() -> None:
-    from planner.controller import make_planner_controller
-    from planner.profile import load_profile
-    from planner.sim.cluster.cluster import SimConfig
-    from planner.sim.evaluate.replay import replay
-    from planner.sim.traces.synthetic import constant
-
-    pol = load_policy(EXAMPLE)
-    prof = load_profile(pol.profile)
-    tr = constant(15.0, 900.0, isl=1200, osl=200, seed=4)
-    c = make_planner_controller(pol, prof, "last-value", {"prefill": 6, "decode": 2})
-    cfg = SimConfig(startup_s=60.0, sla_ttft_ms=pol.sla.ttft_ms, sla_itl_ms=pol.sla.itl_ms)
-    replay(tr, prof, c, cfg, {"prefill": 6, "decode": 2}, window_s=60.0, score_from_s=300.0)
+    _, c, _ = _replay_example(900.0, score_from_s=300.0)
     assert c.budget_since_s == 300.0
     assert c.last_budget is not None
     assert min(s.at_s for s in c.budget_samples) < 300.0  # measured from the start ...
