@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.engine_fixtures import Ledger
 from tests.support.kube_fixtures import kube, kube_namespace, kube_server  # noqa: F401 - fixtures for the kube tests
+from tests.support.process_fixtures import servers  # noqa: F401 - in-process servers a test starts, stopped after it
 
 if TYPE_CHECKING:
     from planner.testing.vllm_server import VllmServer

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,13 +16,12 @@ import pytest
 
 from planner.actuators.file_sd import Target, write_targets
 from planner.cli import run
-from planner.emulator.app import create_app, engine_model_for
-from planner.profile import load_profile
 from planner.router.app import create_router_app
 from planner.service.background import BackgroundServer
 from planner.types import Mode
 from tests.support.process_fixtures import (
     EMULATED_PROFILE,
+    emulator,
     emulator_command,
     port_range,
     sample,
@@ -31,22 +29,6 @@ from tests.support.process_fixtures import (
     stream,
     wait_until,
 )
-
-PROFILE = load_profile(EMULATED_PROFILE)
-
-
-@pytest.fixture
-def servers() -> Iterator[list[BackgroundServer]]:
-    made: list[BackgroundServer] = []
-    yield made
-    for s in reversed(made):
-        s.stop()
-
-
-def emulator(made: list[BackgroundServer], role: str = "aggregated", time_scale: float = 10.0) -> BackgroundServer:
-    s = BackgroundServer(create_app(engine_model_for(PROFILE, role), "emu", time_scale), port=0).start()
-    made.append(s)
-    return s
 
 
 def router(made: list[BackgroundServer], tmp_path: Path, mode: Mode, replicas: list[tuple[str, str]]):  # noqa: ANN201

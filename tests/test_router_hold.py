@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,8 +17,6 @@ import pytest
 import yaml
 
 from planner.actuators.file_sd import Target, write_targets
-from planner.emulator.app import create_app, engine_model_for
-from planner.profile import load_profile
 from planner.router.app import Hold, create_router_app
 from planner.router.hold import Holding
 from planner.service.background import BackgroundServer
@@ -28,6 +25,7 @@ from planner.types import Mode
 from tests.support.loop_fixtures import loop_policy
 from tests.support.process_fixtures import (
     EMULATED_PROFILE,
+    emulator,
     emulator_command,
     port_range,
     sample,
@@ -36,22 +34,11 @@ from tests.support.process_fixtures import (
     wait_until,
 )
 
-PROFILE = load_profile(EMULATED_PROFILE)
 BODY = {"prompt": "one two three", "max_tokens": 4, "ignore_eos": True}
 
 
-@pytest.fixture
-def servers() -> Iterator[list[BackgroundServer]]:
-    made: list[BackgroundServer] = []
-    yield made
-    for s in reversed(made):
-        s.stop()
-
-
 def _emulator(made: list[BackgroundServer], role: str = "aggregated") -> str:
-    s = BackgroundServer(create_app(engine_model_for(PROFILE, role), "emu", 10.0), port=0).start()
-    made.append(s)
-    return f"127.0.0.1:{s.port}"
+    return f"127.0.0.1:{emulator(made, role).port}"
 
 
 def _router(made: list[BackgroundServer], path: Path, mode: Mode, hold: Hold) -> BackgroundServer:

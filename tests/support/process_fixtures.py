@@ -13,11 +13,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,3 +233,24 @@ class Load:
         deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+
+
+@pytest.fixture
+def servers() -> Iterator[list]:
+    """In-process servers a test starts (BackgroundServer), stopped in reverse order at its end."""
+    made: list = []
+    yield made
+    for s in reversed(made):
+        s.stop()
+
+
+def emulator(made: list, role: str = "aggregated", time_scale: float = 10.0):
+    """An in-process emulator engine of EMULATED_PROFILE on a free port, stopped with ``made``."""
+    from planner.emulator.app import create_app, engine_model_for
+    from planner.profile import load_profile
+    from planner.service.background import BackgroundServer
+
+    s = BackgroundServer(create_app(engine_model_for(load_profile(EMULATED_PROFILE), role), "emu", time_scale),
+                         port=0).start()
+    made.append(s)
+    return s
