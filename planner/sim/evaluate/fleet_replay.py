@@ -28,7 +28,7 @@ import numpy as np
 from planner.controller import make_planner_controller
 from planner.decide.fleet import PolicyAsk, PoolAsk, fit_fleet
 from planner.decide.spec import DeciderSpec
-from planner.fleet import FleetPlanner
+from planner.fleet import FleetPlanner, FleetTick
 from planner.fleet_file import Fleet
 from planner.router.defaults import HOLD_TIMEOUT_S, WAKE_REPEAT_S
 from planner.sim.cluster.cluster import Cluster, SimConfig
@@ -101,68 +101,24 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     last_arrival = max(float(t.arrival_s[-1]) if len(t) else 0.0 for t in traces.values())
     horizon = last_arrival + max(c.tail_s for c in configs.values())
     interval = fleet.interval_s
-    granted: dict[str, dict[str, int]] = {n: dict(v) for n, v in initial.items()}
     per_replica = {n: _gpus_per_replica(fleet, n) for n in clusters}
-    decisions: dict[str, list[Decision]] = {n: [] for n in clusters}
-    targets: dict[str, list[tuple[float, dict[str, int]]]] = {n: [] for n in clusters}
+    book = _Ledger(initial, warmup_s)
     timelines: dict[str, list[dict[str, float]]] = {n: [] for n in clusters}
     fleet_rows: list[dict[str, float]] = []
-    ticks: list[dict] = []
-    clamped = dict.fromkeys(clusters, 0)
-    starts, cold = 0, 0
-    asleep: dict[str, list[tuple[float, float]]] = {n: [] for n in clusters}
-    slept_at: dict[str, float | None] = {n: (0.0 if not any(v > 0 for v in initial[n].values()) else None)
-                                         for n in clusters}
     next_tick, next_sample, last_progress = interval, 0.0, -math.inf
     signalled: dict[str, float] = dict.fromkeys(clusters, -math.inf)  # the router's last wake signal per policy
 
     def fleet_tick(t: float) -> None:
-        nonlocal starts, cold
-        tick = planner.tick({n: sources[n].read(windows[n], t) for n in clusters}, t)
-        for name in tick.fit.order:
-            d = tick.granted[name]
-            new = d.targets()
-            scored = t >= warmup_s
-            starts += scored * sum(max(0, n - granted[name].get(p, 0)) for p, n in new.items())
-            actuators[name].apply(new)
-            if not any(n > 0 for n in new.values()) and slept_at[name] is None:
-                slept_at[name] = t
-            elif any(n > 0 for n in new.values()) and slept_at[name] is not None:
-                asleep[name].append((slept_at[name], t))  # type: ignore[arg-type]
-                slept_at[name] = None
-                cold += scored
-            granted[name] = {**granted[name], **new}
-            decisions[name].append(d)
-            targets[name].append((t, dict(new)))
-            clamped[name] += int(tick.fit.reason(name) is not None and t >= warmup_s)
-        if tick.fit.binds and t >= warmup_s:
-            ticks.append(tick.summary())
-
-    def next_wake() -> tuple[float, str | None]:
-        """When the router next signals a policy at zero: at the first request it holds, and again every
-        WAKE_REPEAT_S while it still holds some (the wake tick may grant nothing: the budget binds)."""
-        best: tuple[float, str | None] = (math.inf, None)
-        if not wake:
-            return best
-        for name, c in clusters.items():
-            if slept_at[name] is None:
-                continue
-            if c.held():
-                at = signalled[name] + WAKE_REPEAT_S
-            elif c.next_arrival < c.log.count:
-                at = max(c.enter_s(c.next_arrival), signalled[name] + WAKE_REPEAT_S)
-            else:
-                continue
-            best = min(best, (at, name), key=lambda x: x[0])
-        return best
+        book.record(planner.tick({n: sources[n].read(windows[n], t) for n in clusters}, t), t, actuators)
 
     while True:
-        wake_s, waking = next_wake()
+        wake_s, waking = _next_wake(clusters, book.slept_at, signalled) if wake else (math.inf, None)
         t = min(next_tick, next_sample, wake_s)
         for c in clusters.values():
             c.run_until(t)
         if t == next_sample:
-            fleet_rows.append(_fleet_row(t, clusters, timelines, sources, sample_s, decisions, granted, per_replica))
+            fleet_rows.append(_fleet_row(t, clusters, timelines, sources, sample_s, book.decisions, book.granted,
+                                         per_replica))
             next_sample += sample_s
         if t == next_tick:
             fleet_tick(t)
@@ -176,10 +132,67 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
             last_progress = t
         if (all(c.finished for c in clusters.values()) and t >= last_arrival) or t >= horizon:
             break
-    replays = {n: _finish(n, c, actuators[n], timelines[n], targets[n], decisions[n], traces[n], warmup_s)
+    replays = {n: _finish(n, c, actuators[n], timelines[n], book.targets[n], book.decisions[n], traces[n], warmup_s)
                for n, c in clusters.items()}
-    return FleetReplay("fleet" if shared else "unshared", budget if shared else None, replays, fleet_rows, ticks,
-                       clamped, starts, cold, warmup_s, asleep)
+    return FleetReplay("fleet" if shared else "unshared", budget if shared else None, replays, fleet_rows,
+                       book.ticks, book.clamped, book.starts, book.cold, warmup_s, book.asleep)
+
+
+class _Ledger:
+    """What each fleet tick applied, per policy: the grants, decisions and targets, the ticks where the budget
+    bound, clamps, replica starts and wakes from zero (scored after ``warmup_s``), and the spans asleep."""
+
+    def __init__(self, initial: Mapping[str, dict[str, int]], warmup_s: float) -> None:
+        self.warmup_s = warmup_s
+        self.granted: dict[str, dict[str, int]] = {n: dict(v) for n, v in initial.items()}
+        self.decisions: dict[str, list[Decision]] = {n: [] for n in initial}
+        self.targets: dict[str, list[tuple[float, dict[str, int]]]] = {n: [] for n in initial}
+        self.ticks: list[dict] = []
+        self.clamped = dict.fromkeys(initial, 0)
+        self.starts, self.cold = 0, 0
+        self.asleep: dict[str, list[tuple[float, float]]] = {n: [] for n in initial}
+        self.slept_at: dict[str, float | None] = {n: (0.0 if not any(v > 0 for v in initial[n].values()) else None)
+                                                  for n in initial}
+
+    def record(self, tick: FleetTick, t: float, actuators: Mapping[str, SimActuator]) -> None:
+        """Apply ``tick``'s grants at ``t`` and account for them."""
+        scored = t >= self.warmup_s
+        for name in tick.fit.order:
+            d = tick.granted[name]
+            new = d.targets()
+            self.starts += scored * sum(max(0, n - self.granted[name].get(p, 0)) for p, n in new.items())
+            actuators[name].apply(new)
+            awake = any(n > 0 for n in new.values())
+            if not awake and self.slept_at[name] is None:
+                self.slept_at[name] = t
+            elif awake and (slept := self.slept_at[name]) is not None:
+                self.asleep[name].append((slept, t))
+                self.slept_at[name] = None
+                self.cold += scored
+            self.granted[name] = {**self.granted[name], **new}
+            self.decisions[name].append(d)
+            self.targets[name].append((t, dict(new)))
+            self.clamped[name] += int(tick.fit.reason(name) is not None and scored)
+        if tick.fit.binds and scored:
+            self.ticks.append(tick.summary())
+
+
+def _next_wake(clusters: Mapping[str, Cluster], slept_at: Mapping[str, float | None],
+               signalled: Mapping[str, float]) -> tuple[float, str | None]:
+    """When the router next signals a policy at zero: at the first request it holds, and again every
+    WAKE_REPEAT_S while it still holds some (the wake tick may grant nothing: the budget binds)."""
+    best: tuple[float, str | None] = (math.inf, None)
+    for name, c in clusters.items():
+        if slept_at[name] is None:
+            continue
+        if c.held():
+            at = signalled[name] + WAKE_REPEAT_S
+        elif c.next_arrival < c.log.count:
+            at = max(c.enter_s(c.next_arrival), signalled[name] + WAKE_REPEAT_S)
+        else:
+            continue
+        best = min(best, (at, name), key=lambda x: x[0])
+    return best
 
 
 def _fitted_initial(fleet: Fleet, initial: Mapping[str, dict[str, int]], budget: int) -> dict[str, dict[str, int]]:
