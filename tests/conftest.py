@@ -136,20 +136,21 @@ SHARED_SERVER_LAST_USERS = ("test_engine_endpoint.py", "test_engine_fidelity.py"
 # default xdist starts the files with the most tests first, which leaves the files of a few long tests (the
 # lease failovers, the process loop's restarts) for the end, where one worker runs them while the other idles.
 # Only the order changes: every test runs, on whichever worker is free.
-LONGEST_FILES = (
+LONGEST_FILES = (  # by their time in phase 1 of .ci/run (--durations, 2 workers on 2 cores)
     "test_bench_suite.py",  # ~230 s: the quick suite, from a fresh clone and under another policy
-    "test_faults.py",  # ~230 s: a day on the simulator under tracemalloc
-    "test_up.py",  # ~130 s: scripted `planner up` runs
-    "test_sim_reseed.py",
+    "test_up.py",  # ~150 s: scripted `planner up` runs
+    "test_kube_leader.py",  # ~125 s: leases on a real API server
+    "test_sim_frontier.py",
+    "test_dashboard_live.py",
     "test_sim_backtest.py",
+    "test_actuators_process.py",
     "test_kube_api.py",
+    "test_sim_reseed.py",
+    "test_faults.py",  # ~40 s: a day on the simulator
     "test_lint.py",  # mypy: ~65 s
-    "test_kube_leader.py",
     "test_kubernetes_backend.py",
     "test_bench_seeds.py",
     "test_cli_profile.py",
-    "test_dashboard_live.py",
-    "test_sim_frontier.py",
     "test_sim_lower_bound.py",
     "test_forecast_cli.py",
     "test_sim_warmup.py",
@@ -158,7 +159,6 @@ LONGEST_FILES = (
     "test_process_loop.py",
     "test_bench_fleet.py",  # ~1-2 min: the quick fleet benchmark
     "test_router_hold.py",  # a `planner run` + `planner route` wake end to end
-    "test_actuators_process.py",
     "test_drain_hook.py",
     "test_fleet_stage_properties.py",
     "test_kube_deletion_cost.py",

@@ -32,9 +32,10 @@ from tests.support.endpoint_fixtures import (
 # Times a live emulator: .ci/run runs it in its quiet phase, with the engines (pyproject.toml, "timing").
 pytestmark = pytest.mark.timing
 TOLERANCE = 0.10
-# Prefill points of a few hundred ms: the client's HTTP round trip (1-15 ms on a loaded 2-core machine)
-# stays well inside the tolerance. Decode points from P's own grid.
-RECOVERY_GRID = ["--isl-grid", "2048,4096,8192", "--batch-grid", "1,4,16", "--context-grid", "512,1024"]
+# Prefill points of half a second and more: the client's HTTP round trip and the CI host's stolen CPU (1-30 ms;
+# once +26 ms on a 254 ms point at ISL 2048, +10.4 %) stay well inside the tolerance, beside the emulator's own
+# +2-3 % there (+4-5 % at 2048-3072, -9 % at 16384). Decode points from P's own grid.
+RECOVERY_GRID = ["--isl-grid", "4096,6144,8192", "--batch-grid", "1,4,16", "--context-grid", "512,1024"]
 
 
 @pytest.fixture(scope="module")
