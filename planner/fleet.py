@@ -30,6 +30,11 @@ class FleetTick:
     wanted: Mapping[str, Decision]  # what each policy decided alone
     granted: Mapping[str, Decision]  # what the fleet gives it (the decisions to apply)
     fit: FleetFit
+    held: frozenset[str] = frozenset()  # policies that did not decide this tick: they keep what they have
+
+    def applied(self) -> list[str]:
+        """The policies whose grant is to be applied, in the stage's order (those giving GPUs back first)."""
+        return [n for n in self.fit.order if n not in self.held]
 
     def summary(self) -> dict:
         """The tick as /v1/fleet and the reports show it."""
@@ -57,13 +62,21 @@ class FleetPlanner:
         self.max_gpus = fleet.max_gpus if max_gpus is None else max_gpus
         self.last: FleetTick | None = None
 
-    def tick(self, observations: Mapping[str, Observation | NoData], now_s: float) -> FleetTick:
+    def tick(self, observations: Mapping[str, Observation | NoData], now_s: float,
+             only: set[str] | frozenset[str] | None = None) -> FleetTick:
+        """Every policy decides and the stage fits them; ``only``: a wake off the grid (the router holds a
+        request for a policy at zero), where only those policies decide and the others keep the grant in force
+        (their windows and rates are read on the grid; a wake must not move them). ``observations`` needs only
+        the policies that decide."""
+        held = frozenset(self.controllers) - frozenset(only) if only is not None and self.last is not None \
+            else frozenset()
         before = {n: c.state for n, c in self.controllers.items()}
-        wanted = {n: c.tick(observations[n], now_s) for n, c in self.controllers.items()}
+        wanted = {n: (self.last.granted[n] if n in held and self.last is not None else c.tick(observations[n], now_s))
+                  for n, c in self.controllers.items()}
         policies = {n: c.policy for n, c in self.controllers.items()}
-        looks = lambda: {n: outlook(c.spec, observations[n], c.last_forecast, before[n], now_s)  # noqa: E731
-                         for n, c in self.controllers.items()}
-        tick = fit_decisions(self.max_gpus, policies, self.priority, wanted, before, looks, now_s)
+        looks = lambda: {n: (outlook(c.spec, observations[n], c.last_forecast, before[n], now_s)  # noqa: E731
+                             if n not in held else None) for n, c in self.controllers.items()}
+        tick = fit_decisions(self.max_gpus, policies, self.priority, wanted, before, looks, now_s, held)
         for name, decision in tick.granted.items():
             if decision is not wanted[name]:
                 controller = self.controllers[name]
@@ -96,7 +109,7 @@ def fit_decisions(max_gpus: int, policies: Mapping[str, Policy], priority: Mappi
                      if look is not None else None)
         granted[name] = granted_decision(decision, fit.granted[name], fit.reasons.get(name, {}), predicted,
                                          policies[name].mode)
-    return FleetTick(now_s, dict(wanted), granted, fit)
+    return FleetTick(now_s, dict(wanted), granted, fit, frozenset(held))
 
 
 def policy_ask(name: str, priority: int, policy: Policy, decision: Decision, before: PlannerState,

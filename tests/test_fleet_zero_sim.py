@@ -57,3 +57,20 @@ def test_a_sparse_policy_sleeps_and_its_first_requests_wait_for_the_cold_start(t
         assert ready_s - first_s <= ttft[first][0] < ready_s - first_s + 5
     warm = arrival < 300
     assert p["cold_starts"]["ttft_ms_p95"] > 10 * float(np.nanpercentile(ttft[warm] * 1e3, 95))
+
+
+def test_a_wake_moves_only_the_policy_it_wakes(tmp_path: Path) -> None:
+    """The wake's tick is off the grid for the sleeping policy alone: a busy policy beside it decides on the grid
+    only, as it would without the wake (its windows, rates and stabilization are read on the grid)."""
+    fleet = load_fleet(write_fleet(tmp_path, [member("sparse", 0, **ZERO), member("busy", 10)], max_gpus=32))
+    busy = load_requests(TRACE, "azure", rate_scale=0.5, duration_s=1500)
+    traces = {"sparse": _busy_gap_busy(), "busy": busy}
+    woken = run_fleet_backtest(fleet, traces, compare=False, wake=True).shared
+    at_grid = run_fleet_backtest(fleet, traces, compare=False, wake=False).shared
+    interval_s = fleet.interval_s
+    sparse_at = [t for t, _ in woken.replays["sparse"].targets]
+    assert any(t % interval_s for t in sparse_at)  # the sparse policy woke off the grid
+    busy_at = [t for t, _ in woken.replays["busy"].targets]
+    assert busy_at and all(t % interval_s == 0 for t in busy_at)
+    # ... and decided exactly what it decides when nothing wakes off the grid
+    assert woken.replays["busy"].targets == at_grid.replays["busy"].targets

@@ -30,13 +30,15 @@ TOKEN = "wake-token"
 
 @pytest.mark.parametrize(("wakes_at", "ticks"), [
     ((), [0, 30, 60, 90]),
-    ((40,), [0, 30, 40, 60, 90]),  # a wake ticks at once; the grid goes on (60, not 70)
-    ((40, 45), [0, 30, 40, 45, 60]),
-    ((59.5,), [0, 30, 59.5, 60, 90]),
+    ((40,), [0, 30, "40", 60, 90]),  # a wake ticks at once (quoted: the wake's tick); the grid goes on (60, not 70)
+    ((40, 45), [0, 30, "40", "45", 60]),
+    ((59.5,), [0, 30, "59.5", 60, 90]),
+    ((59.97,), [0, 30, 59.97, 90, 120]),  # within GRID_SLACK_S of its grid point: the grid's tick, taken early
 ])
-def test_a_wake_ticks_off_the_grid_and_keeps_the_grid(wakes_at: tuple[float, ...], ticks: list[float]) -> None:
+def test_a_wake_ticks_off_the_grid_and_keeps_the_grid(wakes_at: tuple[float, ...], ticks: list[float | str]
+                                                      ) -> None:
     clock = FakeClock(0.0)
-    at: list[float] = []
+    at: list[float | str] = []
     pending = list(wakes_at)
 
     def wait(seconds: float) -> None:  # as wait_or_wake: the time passes, unless a wake comes first
@@ -46,7 +48,8 @@ def test_a_wake_ticks_off_the_grid_and_keeps_the_grid(wakes_at: tuple[float, ...
         else:
             clock.advance(seconds)
 
-    run_on_grid(lambda: at.append(clock.now_s()), clock, 30.0, max_ticks=len(ticks), wait=wait)
+    run_on_grid(lambda: at.append(clock.now_s()), clock, 30.0, max_ticks=len(ticks), wait=wait,
+                woken=lambda: at.append(f"{clock.now_s():g}"))
     assert at == ticks
 
 
@@ -135,3 +138,53 @@ def test_a_policy_that_never_sleeps_is_not_woken_and_still_holds_on_no_data() ->
     assert result.decision is not None and Reason.NO_DATA_HOLD in result.decision.reasons
     assert isinstance(result.observation, NoData)
     assert actuator.current == before
+
+
+class Counting(Sleeping):
+    """Sleeping, counting its reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self, window_s: float, now_s: float) -> Observation | NoData:
+        self.reads += 1
+        return super().read(window_s, now_s)
+
+
+def test_a_fleets_wake_tick_moves_only_the_policy_it_wakes(tmp_path: Path) -> None:
+    """`planner run --fleet`: the router's wake ticks the sleeping policy off the grid; its neighbour is not read
+    and keeps its grant (fitted around), and the next grid tick reads both."""
+    from planner.fleet_file import load_fleet
+    from planner.service.fleet_loop import FleetLoop
+    from tests.support.fleet_support import member, write_fleet
+
+    zero = {"pools": {"prefill": {"min_replicas": 0}, "decode": {"min_replicas": 0}}, "scale_to_zero_after_s": 60,
+            "forecast": {"model": "last-value"}, "actuator": {"kind": "dry-run"}}
+    fleet = load_fleet(write_fleet(tmp_path, [member("sleepy", 0, **zero),
+                                              member("busy", 10, forecast={"model": "last-value"},
+                                                     actuator={"kind": "dry-run"})], max_gpus=64))
+    clock = FakeClock(1_700_000_000.0)
+    sources = {"sleepy": Counting(), "busy": Counting()}
+    actuators = {n: RecordingActuator({"prefill": 1, "decode": 1}) for n in sources}
+    metrics = PlannerMetrics()
+    loops = [ControlLoop(m.policy, make_planner_controller(m.policy, m.profile), sources[m.name], actuators[m.name],
+                         metrics, clock) for m in fleet.members]
+    fleet_loop = FleetLoop(fleet, loops)
+    for _ in range(5):  # idle past sleepy's 60 s window: to zero; busy keeps its floors
+        fleet_loop.tick()
+        clock.advance(30)
+    assert actuators["sleepy"].current == {"prefill": 0, "decode": 0}
+    sources["sleepy"].series = False
+    busy_before = (sources["busy"].reads, dict(actuators["busy"].current), len(actuators["busy"].calls))
+    sleepy_reads = sources["sleepy"].reads
+    assert fleet_loop.wake_tick() == []  # nobody is held at the router: nothing ticks
+    assert fleet_loop.loops["sleepy"].wake(2) is True
+    clock.advance(7)
+    results = fleet_loop.wake_tick()
+    assert [r.decision is not None and Reason.WAKE_TOGETHER in r.decision.reasons for r in results] == [True]
+    assert actuators["sleepy"].current == {"prefill": 1, "decode": 1} and sources["sleepy"].reads == sleepy_reads + 1
+    assert (sources["busy"].reads, dict(actuators["busy"].current), len(actuators["busy"].calls)) == busy_before
+    assert set(fleet_loop.last.fit.order) == {"sleepy", "busy"} and fleet_loop.last.held == frozenset({"busy"})
+    clock.advance(23)
+    assert len(fleet_loop.tick()) == 2 and sources["busy"].reads == busy_before[0] + 1  # the grid: both

@@ -47,11 +47,15 @@ class FleetLoop:
         self.wake_signal = WakeSignal()  # its event: a member policy woken by the router ticks the fleet now
         self.metrics.fleet_budget_gpus.set(fleet.max_gpus)
 
-    def tick(self) -> list[TickResult]:
+    def tick(self, only: set[str] | None = None) -> list[TickResult]:
+        """Every policy decides, the stage fits, each applies its grant; ``only``: those policies decide (a
+        wake), the others keep the decision in force, fitted around (their results are not in the list)."""
         started = time.perf_counter()
         now_s = self.clock.now_s()
+        ticking = {n: loop for n, loop in self.loops.items() if only is None or n in only}
         before = {n: loop.controller.state for n, loop in self.loops.items()}
-        steps = {n: loop.guarded(now_s, partial(loop.decide_step, now_s)) for n, loop in self.loops.items()}
+        steps: dict[str, TickResult | Decided] = {
+            n: loop.guarded(now_s, partial(loop.decide_step, now_s)) for n, loop in ticking.items()}
         wanted, fixed = self._asks(steps)
         tick = None
         if wanted:
@@ -61,7 +65,7 @@ class FleetLoop:
             self.last = tick
         results: dict[str, TickResult] = {}
         for name in (tick.fit.order if tick is not None else ()):
-            step = steps[name]
+            step = steps.get(name)
             if isinstance(step, Decided):
                 assert tick is not None
                 results[name] = self._act(self.loops[name], step, tick.granted[name], now_s)
@@ -69,7 +73,13 @@ class FleetLoop:
             if isinstance(step, TickResult):
                 results[name] = step
         self.ticks += 1
-        return [self.loops[n].finish(results[n], started) for n in self.loops]
+        return [self.loops[n].finish(results[n], started) for n in ticking]
+
+    def wake_tick(self) -> list[TickResult]:
+        """A tick off the grid for the router's wake: only the policies with requests held at the router decide
+        (the others' windows and rates are read on the grid; a wake must not move them)."""
+        woken = {n for n, loop in self.loops.items() if loop.wake_signal.pending()}
+        return self.tick(woken) if woken else []
 
     def _act(self, loop: ControlLoop, step: Decided, granted: Decision, now_s: float) -> TickResult:
         """Tell the planner what it was granted, then apply the grant."""
@@ -81,10 +91,12 @@ class FleetLoop:
         return out
 
     def _asks(self, steps: Mapping[str, TickResult | Decided]) -> tuple[dict[str, Decision], set[str]]:
-        """Each policy's decision to fit, and those that keep what they have (nothing applied this tick)."""
+        """Each policy's decision to fit, and those that keep what they have (nothing applied this tick, or
+        not ticked)."""
         wanted: dict[str, Decision] = {}
         fixed: set[str] = set()
-        for name, step in steps.items():
+        for name in self.loops:
+            step = steps.get(name)
             if isinstance(step, Decided):
                 wanted[name] = step.decision
             elif self.loops[name].in_force is not None:
@@ -95,7 +107,8 @@ class FleetLoop:
     def _outlooks(self, steps: Mapping[str, TickResult | Decided], before: Mapping, now_s: float
                   ) -> dict[str, Outlook | None]:
         out: dict[str, Outlook | None] = {}
-        for name, step in steps.items():
+        for name in self.loops:
+            step = steps.get(name)
             controller = self.loops[name].controller
             spec = getattr(controller, "spec", None)
             obs = step.observation if isinstance(step, Decided) else None
@@ -104,6 +117,19 @@ class FleetLoop:
         return out
 
     def _export(self, tick: FleetTick, steps: Mapping[str, TickResult | Decided]) -> None:
+        if len(steps) == len(self.loops):  # a wake's tick reads only the policies it wakes: in use stays
+            self._in_use(tick, steps)
+        reasons: dict[str, Reason | None] = {n: tick.fit.reason(n) for n in tick.wanted}
+        record_fleet(self.metrics, self.fleet.max_gpus, dict(tick.fit.wanted_gpus), dict(tick.fit.granted_gpus),
+                     reasons, self.in_use_gpus)
+        if tick.fit.binds:
+            log.info("fleet: %d GPUs wanted, %d granted of %d; %s", sum(tick.fit.wanted_gpus.values()),
+                     tick.fit.used_gpus, self.fleet.max_gpus,
+                     ", ".join(f"{n} {tick.fit.granted_gpus[n]}/{tick.fit.wanted_gpus[n]} ({r.value})"
+                               for n, r in reasons.items() if r is not None) or "none clamped")
+
+    def _in_use(self, tick: FleetTick, steps: Mapping[str, TickResult | Decided]) -> None:
+        """The GPUs of the ready replicas every policy's read showed (None: a read had no data)."""
         in_use = 0.0
         for name, step in steps.items():
             obs = step.observation
@@ -114,14 +140,6 @@ class FleetLoop:
             in_use += sum((o.ready_replicas or 0) * pools[p].gpus_per_replica
                           for p, o in obs.pools.items() if p in pools)
         self.in_use_gpus = in_use if in_use == in_use else None
-        reasons: dict[str, Reason | None] = {n: tick.fit.reason(n) for n in tick.wanted}
-        record_fleet(self.metrics, self.fleet.max_gpus, dict(tick.fit.wanted_gpus), dict(tick.fit.granted_gpus),
-                     reasons, self.in_use_gpus)
-        if tick.fit.binds:
-            log.info("fleet: %d GPUs wanted, %d granted of %d; %s", sum(tick.fit.wanted_gpus.values()),
-                     tick.fit.used_gpus, self.fleet.max_gpus,
-                     ", ".join(f"{n} {tick.fit.granted_gpus[n]}/{tick.fit.wanted_gpus[n]} ({r.value})"
-                               for n, r in reasons.items() if r is not None) or "none clamped")
 
     def summary(self) -> dict:
         """What GET /v1/fleet answers."""
@@ -134,6 +152,6 @@ class FleetLoop:
     def run(self, stop: threading.Event | None = None, max_ticks: int | None = None,
             wait: Callable[[float], object] | None = None) -> int:
         """Tick on the fleet's grid until ``stop`` is set or ``max_ticks`` ran (as ControlLoop.run)."""
-        return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait)
+        return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait, self.wake_tick)
 
 

@@ -335,11 +335,15 @@ class ControlLoop:
         return run_on_grid(self.tick, self.clock, self.interval_s, stop, max_ticks, wait)
 
 
+GRID_SLACK_S = 0.05  # a tick this close before its grid point is the grid's
+
+
 def run_on_grid(tick: Callable[[], object], clock: Clock, interval_s: float, stop: threading.Event | None = None,
-                max_ticks: int | None = None, wait: Callable[[float], object] | None = None) -> int:
+                max_ticks: int | None = None, wait: Callable[[float], object] | None = None,
+                woken: Callable[[], object] | None = None) -> int:
     """Call ``tick`` on a grid of ``interval_s`` until ``stop`` is set or ``max_ticks`` ran; the tick count.
     A ``wait`` that returns before the grid point (a wake: service/wake.py wait_or_wake) ticks at once, off
-    the grid; the grid goes on where it was."""
+    the grid (``woken`` when given, else ``tick``); the grid goes on where it was."""
     stop = stop or threading.Event()
     wait = wait or clock.sleep  # `planner run` passes stop.wait so a signal ends the wait at once
     start_s = clock.now_s()
@@ -347,10 +351,12 @@ def run_on_grid(tick: Callable[[], object], clock: Clock, interval_s: float, sto
     due_s = start_s
     ran = 0
     while not stop.is_set() and (max_ticks is None or ran < max_ticks):
-        tick()
+        # A wait ends at its grid point by time.monotonic, which may be a few ms ahead of the clock's wall time.
+        on_grid = clock.now_s() >= due_s - GRID_SLACK_S
+        (tick if on_grid or woken is None else woken)()
         ran += 1
         now_s = clock.now_s()
-        if now_s >= due_s:  # a tick on the grid (a wake's tick, before its grid point, keeps the grid as it was)
+        if on_grid:  # a wake's tick, before its grid point, keeps the grid as it was
             # The next grid point strictly after now: a tick that overran skips the ones it missed.
             k = max(k + 1, int((now_s - start_s) // interval_s) + 1)
             due_s = start_s + k * interval_s

@@ -31,6 +31,11 @@ class WakeSignal:
         with self._lock:
             self._waiting = max(self._waiting, waiting)
 
+    def pending(self) -> int:
+        """The requests held at the router since the last read, left for that read to take."""
+        with self._lock:
+            return self._waiting
+
     def take(self) -> int:
         """The requests held at the router since the last read (0: no signal), forgotten once taken."""
         with self._lock:

@@ -12,7 +12,8 @@ budget by the same stage.
 
 Scale to zero: a request that arrives for a policy whose every pool is at zero wakes it at once, as the router's
 wake signal does live (`planner route --wake-url`, ``POST /v1/wake``): the fleet ticks at that moment, off its
-grid (the grid goes on where it was), and the request waits at the router (the pool's pending queue) until a
+grid (the grid goes on where it was; only the woken policy decides, the others keep their grants), and the
+request waits at the router (the pool's pending queue) until a
 replica is ready, at most ``hold_timeout_s`` (`planner route --hold-timeout-s`'s default); past it the request
 fails, counted like any failure. The wait is in its TTFT.
 """
@@ -108,8 +109,9 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     next_tick, next_sample, last_progress = interval, 0.0, -math.inf
     signalled: dict[str, float] = dict.fromkeys(clusters, -math.inf)  # the router's last wake signal per policy
 
-    def fleet_tick(t: float) -> None:
-        book.record(planner.tick({n: sources[n].read(windows[n], t) for n in clusters}, t), t, actuators)
+    def fleet_tick(t: float, only: set[str] | None = None) -> None:
+        names = clusters if only is None else only
+        book.record(planner.tick({n: sources[n].read(windows[n], t) for n in names}, t, only), t, actuators)
 
     while True:
         wake_s, waking = _next_wake(clusters, book.slept_at, signalled) if wake else (math.inf, None)
@@ -125,8 +127,8 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
             next_tick += interval
         elif t == wake_s and waking is not None:
             signalled[waking] = t
-            if clusters[waking].held():  # a request arrived (or still waits) for it: the fleet ticks now
-                fleet_tick(t)
+            if clusters[waking].held():  # a request arrived (or still waits) for it: it decides now, the
+                fleet_tick(t, {waking})     # others keep their grants until the grid
         if progress is not None and t - last_progress >= 60.0:
             progress("fleet" if shared else "unshared", min(t, last_arrival), last_arrival)
             last_progress = t
@@ -157,7 +159,7 @@ class _Ledger:
     def record(self, tick: FleetTick, t: float, actuators: Mapping[str, SimActuator]) -> None:
         """Apply ``tick``'s grants at ``t`` and account for them."""
         scored = t >= self.warmup_s
-        for name in tick.fit.order:
+        for name in tick.applied():
             d = tick.granted[name]
             new = d.targets()
             self.starts += scored * sum(max(0, n - self.granted[name].get(p, 0)) for p, n in new.items())
