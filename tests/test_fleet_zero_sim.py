@@ -74,3 +74,27 @@ def test_a_wake_moves_only_the_policy_it_wakes(tmp_path: Path) -> None:
     assert busy_at and all(t % interval_s == 0 for t in busy_at)
     # ... and decided exactly what it decides when nothing wakes off the grid
     assert woken.replays["busy"].targets == at_grid.replays["busy"].targets
+
+
+@pytest.mark.parametrize("wake", [True, False], ids=["wake-at-once", "wake-at-next-tick"])
+def test_a_single_policy_replay_wakes_at_the_first_request_too(tmp_path: Path, wake: bool) -> None:
+    """`planner backtest` of one policy that scales to zero: the router's wake ticks it at the first request after
+    the gap (off the grid, which goes on where it was), as in a fleet; without the signal, at the next tick."""
+    from planner.controller import make_planner_controller
+    from planner.sim.evaluate.backtest import sim_setup
+    from planner.sim.evaluate.replay import replay
+
+    m = load_fleet(write_fleet(tmp_path, [member("sparse", 0, **ZERO)])).member("sparse")
+    trace = _busy_gap_busy()
+    ctx, cfg = sim_setup(trace, m.profile, m.policy, startup_s=None, kill=False)
+    controller = make_planner_controller(m.policy, m.profile, None, dict(ctx.initial))
+    rep = replay(trace, m.profile, controller, cfg, ctx.initial, ctx.window_s, wake=wake)
+    interval_s = m.policy.interval_s
+    first_s = float(trace.arrival_s[trace.arrival_s >= 900][0])
+    asleep = [t for t, tg in rep.targets if 300 < t < first_s and not any(tg.values())]
+    woke_s = next(t for t, tg in rep.targets if t >= first_s and any(tg.values()))
+    assert asleep  # it slept through the gap
+    assert woke_s == (pytest.approx(first_s, abs=0.01) if wake else (first_s // interval_s + 1) * interval_s)
+    off_grid = [t for t, _ in rep.targets if t % interval_s]
+    assert off_grid == ([woke_s] if wake else [])  # the grid went on where it was
+    assert rep.failed == 0 and int(np.isfinite(rep.results["ttft_s"]).sum()) == len(trace)

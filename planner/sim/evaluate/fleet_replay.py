@@ -31,11 +31,11 @@ from planner.decide.fleet import PolicyAsk, PoolAsk, fit_fleet
 from planner.decide.spec import DeciderSpec
 from planner.fleet import FleetPlanner, FleetTick
 from planner.fleet_file import Fleet
-from planner.router.defaults import HOLD_TIMEOUT_S, WAKE_REPEAT_S
+from planner.router.defaults import HOLD_TIMEOUT_S
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
 from planner.sim.evaluate.backtest import sim_setup
-from planner.sim.evaluate.replay import Replay, _sample
+from planner.sim.evaluate.replay import Replay, _sample, wake_at
 from planner.sim.traces.records import RequestTrace
 from planner.types import Decision
 
@@ -181,19 +181,12 @@ class _Ledger:
 
 def _next_wake(clusters: Mapping[str, Cluster], slept_at: Mapping[str, float | None],
                signalled: Mapping[str, float]) -> tuple[float, str | None]:
-    """When the router next signals a policy at zero: at the first request it holds, and again every
-    WAKE_REPEAT_S while it still holds some (the wake tick may grant nothing: the budget binds)."""
+    """The policy the router signals next, and when (replay.wake_at for each)."""
     best: tuple[float, str | None] = (math.inf, None)
     for name, c in clusters.items():
-        if slept_at[name] is None:
-            continue
-        if c.held():
-            at = signalled[name] + WAKE_REPEAT_S
-        elif c.next_arrival < c.log.count:
-            at = max(c.enter_s(c.next_arrival), signalled[name] + WAKE_REPEAT_S)
-        else:
-            continue
-        best = min(best, (at, name), key=lambda x: x[0])
+        at = wake_at(c, slept_at[name], signalled[name])
+        if at < best[0]:
+            best = (at, name)
     return best
 
 

@@ -4,7 +4,9 @@ Every ``controller.interval_s`` the loop reads the sim's MetricSource over the p
 asks the controller for a Decision and applies its targets through the sim's Actuator: exactly what the
 live control loop does against Prometheus and Kubernetes. Every ``sample_s`` it records a timeline row
 (replicas by state, GPUs, queue, KV usage, windowed TTFT/ITL percentiles, and the latency the decision in
-force predicted for its sizes beside the one realised) for the report's plots and the model's bias.
+force predicted for its sizes beside the one realised) for the report's plots and the model's bias. A policy
+at zero replicas is woken by its first request at once, as the router's wake signal does live (`planner route
+--wake-url`): the controller ticks at that moment, off its grid, which goes on where it was.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.profile import Profile
+from planner.router.defaults import WAKE_REPEAT_S
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
 from planner.sim.traces.records import RequestTrace
@@ -38,7 +41,10 @@ class Replay:
 
 def replay(trace: RequestTrace, profile: Profile, controller: Controller, config: SimConfig,
            initial: Mapping[str, int], window_s: float, sample_s: float = 30.0,
-           progress: Callable[[float], None] | None = None, score_from_s: float = 0.0) -> Replay:
+           progress: Callable[[float], None] | None = None, score_from_s: float = 0.0, wake: bool = True) -> Replay:
+    """Replay ``trace`` under ``controller``, ticking it every ``interval_s`` (the initial sizes hold for the first
+    interval); ``wake``: a request for a policy at zero ticks it at once, as the router's wake signal does live
+    (False: at the next grid point)."""
     cluster = Cluster(trace, profile, config, initial)
     if hasattr(controller, "budget_since_s"):
         controller.budget_since_s = score_from_s  # the SLA's window is the scored one (the warm-up is not)
@@ -53,21 +59,35 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
     targets: list[tuple[float, dict[str, int]]] = []
     decisions: list[Decision] = []
     last_progress = -math.inf
+    slept_at: float | None = None if any(n > 0 for n in initial.values()) else 0.0
+    signalled = -math.inf  # the router's last wake signal
+
+    def tick(t: float) -> None:
+        nonlocal slept_at
+        # A controller that reads nothing (a schedule known in advance) skips the metrics read.
+        obs = source.read(window_s, t) if getattr(controller, "observes", True) else _UNREAD
+        decision = controller.tick(obs, t)
+        decisions.append(decision)
+        tg = decision.targets()
+        actuator.apply(tg)
+        targets.append((t, dict(tg)))
+        awake = any(n > 0 for n in tg.values())
+        slept_at = None if awake else (t if slept_at is None else slept_at)
+
     while True:
-        t = min(next_tick, next_sample)
+        wake_s = wake_at(cluster, slept_at, signalled) if wake else math.inf
+        t = min(next_tick, next_sample, wake_s)
         cluster.run_until(t)
         if t == next_sample:
             timeline.append(_sample(cluster, source, t, sample_s, decisions[-1] if decisions else None))
             next_sample += sample_s
         if t == next_tick:
-            # A controller that reads nothing (a schedule known in advance) skips the metrics read.
-            obs = source.read(window_s, t) if getattr(controller, "observes", True) else _UNREAD
-            decision = controller.tick(obs, t)
-            decisions.append(decision)
-            tg = decision.targets()
-            actuator.apply(tg)
-            targets.append((t, dict(tg)))
+            tick(t)
             next_tick += interval
+        elif t == wake_s:
+            signalled = t
+            if cluster.held():  # a request arrived (or still waits) for a policy at zero: it decides now
+                tick(t)
         if progress is not None and t - last_progress >= 60.0:
             progress(min(t, last_arrival))
             last_progress = t
@@ -85,6 +105,19 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
 
 
 _UNREAD = NoData(NoDataReason.EMPTY, "not read: the controller follows a schedule", 0.0)
+
+
+def wake_at(cluster: Cluster, slept_at: float | None, signalled: float) -> float:
+    """When the router next signals a policy at zero (``slept_at`` None: awake, never): at the first request it
+    holds, and again every WAKE_REPEAT_S while it still holds some (the wake's tick may grant nothing: a fleet
+    budget that binds)."""
+    if slept_at is None:
+        return math.inf
+    if cluster.held():
+        return signalled + WAKE_REPEAT_S
+    if cluster.next_arrival < cluster.log.count:
+        return max(cluster.enter_s(cluster.next_arrival), signalled + WAKE_REPEAT_S)
+    return math.inf
 
 
 def _sample(cluster: Cluster, source: SimMetricSource, t: float, window_s: float,
