@@ -98,3 +98,20 @@ def test_a_single_policy_replay_wakes_at_the_first_request_too(tmp_path: Path, w
     off_grid = [t for t, _ in rep.targets if t % interval_s]
     assert off_grid == ([woke_s] if wake else [])  # the grid went on where it was
     assert rep.failed == 0 and int(np.isfinite(rep.results["ttft_s"]).sum()) == len(trace)
+
+
+def test_a_full_hold_queue_refuses_the_next_request_at_once(tmp_path: Path) -> None:
+    """`planner route --hold-queue N` in the simulator: while N requests wait for the cold start, the next ones
+    fail (the router's 503), counted; those held are served once the replicas are ready."""
+    fleet = load_fleet(write_fleet(tmp_path, [member("sparse", 0, **ZERO)], max_gpus=16))
+    trace = _busy_gap_busy()
+    bounded = run_fleet_backtest(fleet, {"sparse": trace}, compare=False, hold_queue=3)
+    slept, woke = bounded.shared.asleep["sparse"][0]
+    res = bounded.shared.replays["sparse"].results
+    arrival, failed = res["arrival_s"], res["failed"]
+    during = np.flatnonzero((arrival >= 900) & (arrival < woke + STARTUP_S))  # arrived before a replica was ready
+    assert len(during) > 3
+    assert not failed[during[:3]].any() and failed[during[3:]].all()  # three held, the rest refused
+    assert not failed[arrival >= woke + STARTUP_S + 1].any()
+    unbounded = run_fleet_backtest(fleet, {"sparse": trace}, compare=False).shared.replays["sparse"]
+    assert unbounded.failed == 0 and bounded.shared.replays["sparse"].failed == len(during) - 3

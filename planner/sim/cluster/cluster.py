@@ -87,6 +87,8 @@ class SimConfig:
     # Scale to zero: how long the router holds a request while its first pool has no READY replica (`planner
     # route --hold-timeout-s`); past it the request fails. None: held as long as it takes.
     hold_timeout_s: float | None = None
+    # ... and how many it holds at once (`--hold-queue`); one more fails at once. None: no bound.
+    hold_queue: int | None = None
 
 
 CLIENT_OBSERVED_BACKENDS = ("endpoint", "kubernetes")  # profiles timed over HTTP, the front end included
@@ -123,7 +125,7 @@ class Cluster:
         timing = StepTiming(EngineModel(prefill_curve, decode_curve, config.chunk_tokens, front_s))
         self._events = EventQueue()
         self._fleet = fleet = Fleet(self.pools, self.gpus, config.startup_s, config.kill, kv_capacity_tokens,
-                                    self._events, self.log, config.hold_timeout_s)
+                                    self._events, self.log, config.hold_timeout_s, config.hold_queue)
         decode: DecodeStage
         if self.aggregated:
             decode = AggregatedStage(self._events, timing, self.log, max_batch, kv_capacity_tokens,

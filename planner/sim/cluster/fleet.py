@@ -10,7 +10,7 @@ tokens queued; a sequence (its KV transferred, or an aggregated request) to the 
 sequences. While a pool has no READY replica its requests wait in the pool's pending queue: for the pool every
 request starts in (prefill, aggregated) that is the router's hold (router/hold.py), bounded by
 ``hold_timeout_s``: a request held longer fails (the router's 503), counted when the pool's first replica is
-ready (or at the end of the run).
+ready (or at the end of the run); one that arrives while ``hold_queue`` requests are held fails at once.
 
 The stages (:mod:`~planner.sim.cluster.prefill`, :mod:`~planner.sim.cluster.decode`, ...) run the replicas' work; they are
 attached after construction because they in turn call :meth:`Fleet.route_sequence` and
@@ -45,7 +45,7 @@ _OUTSTANDING_SEQUENCES = attrgetter("outstanding_sequences")
 class Fleet:
     def __init__(self, pools: tuple[str, ...], gpus_per_replica: Mapping[str, int], startup_s: float, kill: bool,
                  kv_capacity_tokens: int, events: EventQueue, log: RequestLog,
-                 hold_timeout_s: float | None = None) -> None:
+                 hold_timeout_s: float | None = None, hold_queue: int | None = None) -> None:
         self.pools = pools
         self.replicas: dict[str, list[Replica]] = {p: [] for p in pools}  # not GONE
         self.ready: dict[str, list[Replica]] = {p: [] for p in pools}
@@ -61,6 +61,7 @@ class Fleet:
         self._events = events
         self._log = log
         self._hold_timeout_s = hold_timeout_s
+        self._hold_queue = hold_queue
         self._last_replica_id = 0
         sequence_pool = Pool.AGGREGATED if Pool.AGGREGATED in pools else Pool.DECODE
         self._prefill_ready = cast("list[PrefillReplica]", self.ready.get("prefill", []))
@@ -91,16 +92,26 @@ class Fleet:
         if replica is None:
             ready = self._prefill_ready
             if not ready:
-                self._prefill_pending.append(req)
+                self._hold(self._prefill_pending, req)
                 return
             replica = ready[0] if len(ready) == 1 else min(ready, key=_QUEUED_TOKENS)
         self._admit_prompt(replica, req, now_s)
+
+    def _hold(self, pending: deque[int], req: int) -> None:
+        """The router's hold: queued for the pool's first READY replica, or refused (failed) when full."""
+        if self._hold_queue is not None and len(pending) >= self._hold_queue:
+            self._log.fail(req)
+        else:
+            pending.append(req)
 
     def route_sequence(self, req: int, now_s: float) -> None:
         """To the READY decode (or aggregated) replica with the fewest outstanding sequences."""
         ready = self._sequence_ready
         if not ready:
-            self._sequence_pending.append(req)
+            if "prefill" in self.pending:
+                self._sequence_pending.append(req)  # decode's queue: the request is past the router
+            else:
+                self._hold(self._sequence_pending, req)
             return
         replica = ready[0] if len(ready) == 1 else min(ready, key=_OUTSTANDING_SEQUENCES)
         self._accept_sequence(replica, req, now_s)

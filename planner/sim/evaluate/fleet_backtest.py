@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from planner.fleet_file import Fleet
-from planner.router.defaults import HOLD_TIMEOUT_S
+from planner.router.defaults import HOLD_QUEUE, HOLD_TIMEOUT_S
 from planner.sim.evaluate.backtest import sim_setup
 from planner.sim.evaluate.fleet_replay import FleetReplay, fleet_replay
 from planner.sim.evaluate.replay import Replay, replay
@@ -54,11 +54,12 @@ class StaticPools:
 def run_fleet_backtest(fleet: Fleet, traces: Mapping[str, RequestTrace], *, startup_s: float | None = None,
                        kill: bool = False, compare: bool = True, warmup_s: float = 0.0,
                        progress: Callable[[str, float, float], None] | None = None, wake: bool = True,
-                       hold_timeout_s: float | None = HOLD_TIMEOUT_S) -> FleetBacktest:
+                       hold_timeout_s: float | None = HOLD_TIMEOUT_S, hold_queue: int | None = HOLD_QUEUE
+                       ) -> FleetBacktest:
     """The fleet, and (``compare``) the comparisons; the first ``warmup_s`` of every trace run unscored.
-    ``wake``, ``hold_timeout_s``: scale to zero's wake and the router's hold (fleet_replay)."""
+    ``wake``, ``hold_timeout_s``, ``hold_queue``: scale to zero's wake and the router's hold (fleet_replay)."""
     shared = fleet_replay(fleet, traces, startup_s=startup_s, kill=kill, warmup_s=warmup_s, progress=progress,
-                          wake=wake, hold_timeout_s=hold_timeout_s)
+                          wake=wake, hold_timeout_s=hold_timeout_s, hold_queue=hold_queue)
     report: dict = {"warmup_s": warmup_s, "fleet": _fleet_section(fleet, shared),
                     "policies": _policies(fleet, shared, traces, startup_s),
                     "traces": {n: t.summary() for n, t in traces.items()}}

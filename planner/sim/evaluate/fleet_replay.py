@@ -15,7 +15,8 @@ wake signal does live (`planner route --wake-url`, ``POST /v1/wake``): the fleet
 grid (the grid goes on where it was; only the woken policy decides, the others keep their grants), and the
 request waits at the router (the pool's pending queue) until a
 replica is ready, at most ``hold_timeout_s`` (`planner route --hold-timeout-s`'s default); past it the request
-fails, counted like any failure. The wait is in its TTFT.
+fails, counted like any failure, as does one that arrives while ``hold_queue`` are held (`--hold-queue`). The
+wait is in its TTFT.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from planner.decide.fleet import PolicyAsk, PoolAsk, fit_fleet
 from planner.decide.spec import DeciderSpec
 from planner.fleet import FleetPlanner, FleetTick
 from planner.fleet_file import Fleet
-from planner.router.defaults import HOLD_TIMEOUT_S
+from planner.router.defaults import HOLD_QUEUE, HOLD_TIMEOUT_S
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
 from planner.sim.evaluate.backtest import sim_setup
@@ -82,7 +83,7 @@ class FleetReplay:
 def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bool = True,
                  startup_s: float | None = None, kill: bool = False, sample_s: float = 30.0, warmup_s: float = 0.0,
                  progress: Callable[[str, float, float], None] | None = None, wake: bool = True,
-                 hold_timeout_s: float | None = HOLD_TIMEOUT_S) -> FleetReplay:
+                 hold_timeout_s: float | None = HOLD_TIMEOUT_S, hold_queue: int | None = HOLD_QUEUE) -> FleetReplay:
     """Replay ``traces`` (one per policy, by name) under the fleet's planners; ``shared=False``: no budget;
     the first ``warmup_s`` run unscored (the planners gather history). ``wake``: a request for a policy at zero
     ticks the fleet at once (False: at the next grid point, as without the router's signal)."""
@@ -90,7 +91,7 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     setups = {}
     for m in fleet.members:
         ctx, cfg = sim_setup(traces[m.name], m.profile, m.policy, startup_s=startup_s, kill=kill)
-        setups[m.name] = (ctx, replace(cfg, hold_timeout_s=hold_timeout_s))
+        setups[m.name] = (ctx, replace(cfg, hold_timeout_s=hold_timeout_s, hold_queue=hold_queue))
     initial = _fitted_initial(fleet, {n: dict(ctx.initial) for n, (ctx, _) in setups.items()}, budget)
     controllers = {m.name: make_planner_controller(m.policy, m.profile, None, initial[m.name]) for m in fleet.members}
     planner = FleetPlanner(fleet, controllers, max_gpus=budget)
