@@ -63,11 +63,13 @@ class FleetPlanner:
         self.last: FleetTick | None = None
 
     def tick(self, observations: Mapping[str, Observation | NoData], now_s: float,
-             only: set[str] | frozenset[str] | None = None) -> FleetTick:
+             only: set[str] | frozenset[str] | None = None, draining_gpus: int = 0) -> FleetTick:
         """Every policy decides and the stage fits them; ``only``: a wake off the grid (the router holds a
         request for a policy at zero), where only those policies decide and the others keep the grant in force
         (their windows and rates are read on the grid; a wake must not move them). ``observations`` needs only
-        the policies that decide."""
+        the policies that decide. ``draining_gpus``: GPUs still held by replicas on their way out, not to be
+        granted again until they are free (the simulator knows them; live, Kubernetes keeps a pod that cannot
+        get its GPUs Pending)."""
         held = frozenset(self.controllers) - frozenset(only) if only is not None and self.last is not None \
             else frozenset()
         before = {n: c.state for n, c in self.controllers.items()}
@@ -76,7 +78,8 @@ class FleetPlanner:
         policies = {n: c.policy for n, c in self.controllers.items()}
         looks = lambda: {n: (outlook(c.spec, observations[n], c.last_forecast, before[n], now_s)  # noqa: E731
                              if n not in held else None) for n, c in self.controllers.items()}
-        tick = fit_decisions(self.max_gpus, policies, self.priority, wanted, before, looks, now_s, held)
+        tick = fit_decisions(self.max_gpus - draining_gpus, policies, self.priority, wanted, before, looks, now_s,
+                             held)
         for name, decision in tick.granted.items():
             if decision is not wanted[name]:
                 controller = self.controllers[name]
@@ -126,12 +129,24 @@ def policy_ask(name: str, priority: int, policy: Policy, decision: Decision, bef
     for pool, pd in decision.pools.items():
         floor = floors[pool]
         costs = (tuple(look.pressure(Pool(pool), c) for c in range(floor, pd.replicas))
-                 if look is not None else ())
+                 if look is not None else _unread_costs(policy, pd.reasons, floor, pd.replicas))
         carries = look.carries(Pool(pool), floor, pd.replicas) if frontier and look is not None else ()
         before_pool = before.pool(pool) if before is not None else None
         pools[pool] = PoolAsk(pd.replicas, pd.gpus_per_replica, floor, costs,
                               before_pool.target if before_pool is not None else None, carries)
     return PolicyAsk(name, priority, pools, together=policy.scales_to_zero())
+
+
+def _unread_costs(policy: Policy, reasons: tuple[Reason, ...], floor: int, replicas: int) -> tuple[float, ...]:
+    """The prices of a pool ``decide`` sized without an outlook (nothing measured). A policy that may sleep
+    and asks for a first replica for traffic (woken for requests held at the router, or sized while its
+    replicas start and show nothing yet) has its first replica priced as an unbounded queue: those requests are
+    served by nothing else. The rest, and every other pool, unpriced. Unpriced, such a policy lost its first
+    replica (or had it taken back while it started) to any policy of its priority over its SLA, and its held
+    requests timed out at the router (`planner bench fleet --quick`: 611 failed)."""
+    if not policy.scales_to_zero() or floor > 0 or replicas <= 0 or Reason.IDLE_WINDOW in reasons:
+        return ()
+    return (math.inf, *(1.0,) * (replicas - 1))
 
 
 def plan_fleet(fleet: Fleet, loads: Mapping[str, tuple[float, float, float]]) -> FleetTick:

@@ -83,12 +83,18 @@ def test_bench_fleet_quick_reports_the_fleet(tmp_path: Path, capsys) -> None:  #
     assert f["binding_ticks"] > 0 and f["gpu_hours"] < comp["static_peak"]["gpu_hours"]
     top = [p for p in report["policies"].values() if p["priority"] == 10]
     assert all(p["clamped_ticks"] == 0 for p in top)  # the high priorities keep their SLA sizes
-    assert report["checks"]["failed_requests"] == 0
     assert set(f) >= {"budget_gpus", "max_gpus_used", "gpu_hours", "cold_starts"}
-    assert 0 < f["max_gpus_used"] <= f["budget_gpus"] and f["gpu_hours"] > 0
+    # Billed GPUs pass the budget only by replicas still draining whose GPUs a tick granted again.
+    assert 0 < f["max_gpus_serving"] <= f["budget_gpus"] and f["max_gpus_serving"] <= f["max_gpus_used"]
+    assert f["gpu_hours"] > 0
     for name, p in report["policies"].items():  # per policy: its scores against its SLA, its GPUs, its wakes
         assert {"attainment_joint", "gpu_hours", "sla_met", "failed_requests", "clamped_ticks"} <= set(p), name
-        assert p["failed_requests"] == 0 and p["cold_starts"]["failed"] == 0
+        # No request fails but one held at the router for a cold start past its timeout, counted as such: a
+        # low-priority policy the budget kept at zero (quick run: the chat burst and the priority-5 and 10
+        # models hold the budget, and sparse-c's held requests time out).
+        assert p["failed_requests"] == p["cold_starts"]["failed"], name
+        assert p["failed_requests"] == 0 or (p["priority"] == 0 and p["clamped_ticks"] > 0), name
+    assert report["checks"]["failed_requests"] == sum(p["failed_requests"] for p in report["policies"].values())
     sparse = [m.name for m in MODELS if m.busy_phase is not None]
     assert all(report["policies"][n]["cold_starts"]["wakes"] >= 1 for n in sparse)  # they sleep, and wake
     for name, p in report["policies"].items():  # where the GPU-hours go: per pool, and asleep

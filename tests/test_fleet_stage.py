@@ -126,6 +126,21 @@ def test_a_sleeping_policy_is_never_woken_half() -> None:
     assert dict(room.granted["z"]) == {"prefill": 1, "decode": 1} and room.granted["a"]["aggregated"] == 1
 
 
+def test_two_unbounded_queues_tie_whatever_their_steps_cost() -> None:
+    """A policy woken from zero (its first step a whole prefill + decode pair, 3 GPUs) and a busy one growing a
+    GPU at a time, both with an unbounded queue: the tie goes to the one furthest behind, the woken one, where
+    the cheaper step used to win every time (and the woken policy's held requests timed out)."""
+    woken = PolicyAsk("woken", 0, {"prefill": PoolAsk(1, 1, 0, (math.inf,)), "decode": PoolAsk(1, 2, 0, (math.inf,))},
+                      together=True)
+    busy = ask("busy", 0, agg(5, floor=1, costs=(math.inf,) * 4))
+    fit = fit_fleet([busy, woken], 1 + 3)
+    assert dict(fit.granted["woken"]) == {"prefill": 1, "decode": 1} and fit.granted["busy"]["aggregated"] == 1
+    finite = PolicyAsk("woken", 0, {"prefill": PoolAsk(1, 1, 0, (2.0,)), "decode": PoolAsk(1, 2, 0, (2.0,))},
+                       together=True)
+    fit = fit_fleet([ask("busy", 0, agg(5, floor=1, costs=(3.0,) * 4)), finite], 1 + 3)
+    assert fit.granted["busy"]["aggregated"] == 4  # finite pressures still compare per GPU: 3.0/1 over 2.0/3
+
+
 def test_shrinking_policies_are_applied_first() -> None:
     fit = fit_fleet([ask("a-grows", 0, agg(8, current=4)), ask("b-shrinks", 0, agg(6, current=10)),
                      ask("c-new", 0, agg(1))], 20)
@@ -180,3 +195,45 @@ def test_fit_result_summary_fields() -> None:
     fit: FleetFit = fit_fleet([ask("hi", 10, agg(8)), ask("lo", 0, agg(6))], 10)
     assert fit.binds and fit.used_gpus == 10 and fit.wanted_gpus == {"hi": 8, "lo": 6}
     assert fit.granted_gpus == {"hi": 8, "lo": 2}
+
+
+@pytest.mark.parametrize(("zero", "why", "priced"), [
+    (True, Reason.WAKE_TOGETHER, True),  # woken for requests held at the router: nothing measured yet
+    (True, Reason.SLA_CAPACITY, True),  # sized while its replicas start and show nothing
+    (True, Reason.IDLE_WINDOW, False),  # kept through the idle window: no request waits for it
+    (False, Reason.SLA_CAPACITY, False),  # a floor of one: its first replica is never in the fit
+], ids=["woken", "starting", "idle-window", "cannot-sleep"])
+def test_a_sleeping_policys_first_replicas_unmeasured_are_priced_as_an_unbounded_queue(zero: bool, why: Reason,
+                                                                                       priced: bool) -> None:
+    from planner.fleet import policy_ask
+
+    floors = {"prefill": {"min_replicas": 0}, "decode": {"min_replicas": 0}} if zero else {}
+    pol = policy(pools=floors, **({"scale_to_zero_after_s": 600} if zero else {}))
+    decision = Decision(0.0, {"prefill": PoolDecision(2, 1, 2.0, (why,)), "decode": PoolDecision(1, 2, 1.0, (why,))},
+                        (why,))
+    asked = policy_ask("sleepy", 0, pol, decision, PlannerState(), look=None)
+    costs = {p: a.sla_cost for p, a in asked.pools.items()}
+    if priced:
+        assert costs == {"prefill": (math.inf, 1.0), "decode": (math.inf,)}
+        assert asked.pools["prefill"].pressure(0) > 1e17  # outranks any finite pressure
+    else:
+        assert costs == {"prefill": (), "decode": ()}
+
+
+def test_requests_held_at_the_router_make_a_pool_at_zero_an_unbounded_queue() -> None:
+    """Outlook.pressure at zero replicas: no traffic misses nothing, unless requests wait at the router for a
+    replica (Observation.waiting): those are served by nothing else."""
+    from dataclasses import replace
+
+    from planner.decide.outlook import outlook
+    from planner.decide.whatif import what_if_inputs, what_if_policy
+    from planner.types import Pool
+    from tests.support.decide_support import spec
+
+    pol = what_if_policy(policy())
+    obs, forecast = what_if_inputs(pol, 0.0, 1000, 200)
+    idle = outlook(spec(pol), obs, forecast, None, 0.0)
+    held = outlook(spec(pol), replace(obs, waiting=3), forecast, None, 0.0)
+    assert idle is not None and held is not None
+    assert idle.pressure(Pool.PREFILL, 0) == 0.0 and held.pressure(Pool.PREFILL, 0) == math.inf
+    assert held.pressure(Pool.PREFILL, 1) == idle.pressure(Pool.PREFILL, 1)  # one replica: as without them

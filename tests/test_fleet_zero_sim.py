@@ -5,6 +5,7 @@ they fail and are counted; the fleet report counts the wakes."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -115,3 +116,18 @@ def test_a_full_hold_queue_refuses_the_next_request_at_once(tmp_path: Path) -> N
     assert not failed[arrival >= woke + STARTUP_S + 1].any()
     unbounded = run_fleet_backtest(fleet, {"sparse": trace}, compare=False).shared.replays["sparse"]
     assert unbounded.failed == 0 and bounded.shared.replays["sparse"].failed == len(during) - 3
+
+
+def test_cold_starts_count_each_request_once_where_sleeps_overlap_a_start() -> None:
+    """A policy that slept again while its woken replicas still started: the two spans' cold windows overlap,
+    and a request in both is still one cold start."""
+    from planner.sim.evaluate.fleet_replay import FleetReplay
+    from planner.sim.evaluate.replay import Replay
+
+    arrival = np.array([10.0, 95.0, 130.0, 400.0])
+    results = {"arrival_s": arrival, "ttft_s": np.array([0.5, 60.0, np.nan, 0.4]),
+               "failed": np.array([False, False, True, False])}
+    rep = Replay("p", results, [], 0.0, 400.0, 0, [], 1)
+    fr = FleetReplay("fleet", 8, {"p": rep}, [], [], {"p": 0}, 0, 2, 0.0, {"p": [(60.0, 80.0), (100.0, 110.0)]})
+    # cold windows [60, 80 + 120) and [100, 110 + 120): 95 and 130 arrived in them, 130 in both
+    assert fr.cold_ttft_ms("p", 120.0) == [60_000.0, math.inf]

@@ -190,7 +190,11 @@ def _share(members: Sequence[PolicyAsk], granted: dict[str, dict[str, int]], lef
             mine = granted[a.name]
             wanted = a.wanted_gpus
             behind = (wanted - sum(n * a.pools[p].gpus_per_replica for p, n in mine.items())) / max(1, wanted)
-            return a.pressure(mine) / gpus, behind
+            pressure = a.pressure(mine)
+            # Two unbounded queues tie whatever their steps cost (divided, the cheaper step always won: a
+            # policy woken from zero, whose first step is a whole prefill + decode pair, lost to a busy one
+            # growing a replica at a time until its held requests timed out); the tie goes by share behind.
+            return (pressure if pressure >= _INF_COST else pressure / gpus), behind
 
         pick = max(open_, key=lambda a: rank(a, step_gpus[a.name]))  # the first in name order among equals
         for pool in steps[pick.name]:

@@ -33,6 +33,7 @@ class Outlook:
     spec: DeciderSpec
     demand: Demand
     factors: Factors
+    waiting: int = 0  # requests held at the router for want of a replica (Observation.waiting)
 
     def predicted(self, pool: Pool, replicas: int) -> tuple[float | None, float | None]:
         """(TTFT, ITL) in ms the model predicts for ``pool`` at ``replicas`` (None: the pool does not set it)."""
@@ -49,8 +50,8 @@ class Outlook:
     def pressure(self, pool: Pool, replicas: int) -> float:
         """Predicted latency over its target at ``replicas`` (> 1: the pool misses its SLA; inf: its queue
         grows without bound). The larger of TTFT and ITL for an aggregated pool."""
-        if replicas <= 0 and self.demand.zero:
-            return 0.0  # no traffic: a pool at zero misses nothing
+        if replicas <= 0 and self.demand.zero and not self.waiting:
+            return 0.0  # no traffic: a pool at zero misses nothing (requests held at the router are traffic)
         ttft, itl = self.predicted(pool, replicas)
         ratios = [v / t for v, t in ((ttft, self.spec.model.ttft_target_ms), (itl, self.spec.model.itl_target_ms))
                   if v is not None]
@@ -101,4 +102,4 @@ def outlook(spec: DeciderSpec, observation: Observation | NoData, forecast: Load
     if isinstance(dem, Hold):
         return None
     factors, _ = calibrate(spec, obs, state or PlannerState(), now_s)
-    return Outlook(spec, dem, factors)
+    return Outlook(spec, dem, factors, obs.waiting)

@@ -205,6 +205,10 @@ class Cluster:
         """Instantaneous per-pool state: replicas by state, queue, running, KV usage."""
         return self._fleet.gauges(pool)
 
+    def draining_gpus(self) -> int:
+        """GPUs held by replicas that drain: taken out of service, not yet free for another replica."""
+        return self._fleet.draining_gpus()
+
     def gpu_seconds(self, until_s: float) -> float:
         """Sum of replicas x GPUs x time alive (starting and draining included) up to ``until_s``."""
         return self._fleet.gpu_seconds(until_s)

@@ -198,6 +198,9 @@ class Fleet:
         self.retire_if_drained(replica, now_s)
 
     # ---------------------------------------------------------------------------------------- reporting
+    def draining_gpus(self) -> int:
+        return sum(r.gpus for rs in self.replicas.values() for r in rs if r.state == DRAINING)
+
     def gauges(self, pool: str) -> dict[str, float]:
         """Instantaneous per-pool state: replicas by state, queue, running, KV usage."""
         replicas = self.replicas[pool]

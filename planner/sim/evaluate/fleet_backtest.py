@@ -3,7 +3,9 @@ and against one static pool per model sized at its peak (report contract: ``repo
 ``policies`` and ``comparisons``).
 
 - ``fleet``: the shared budget (``budget_gpus``), the most GPUs billed at once (``max_gpus_used``: starting,
-  ready and draining replicas, sampled every 30 s) and granted (``max_gpus_granted``), GPU-hours, replica
+  ready and draining replicas, sampled every 30 s; above the budget only by GPUs still draining that a tick
+  granted again), held by replicas not draining (``max_gpus_serving``, within the budget) and granted
+  (``max_gpus_granted``), GPU-hours, replica
   starts, ``cold_starts`` (pools started from zero replicas), the ticks where the budget bound, and cost when
   the fleet file prices its GPUs.
 - ``policies``: per policy its priority, the backtest's scores (scoring.summarise), whether it met its SLA,
@@ -75,7 +77,8 @@ def run_fleet_backtest(fleet: Fleet, traces: Mapping[str, RequestTrace], *, star
 
 
 def _fleet_section(fleet: Fleet, run: FleetReplay) -> dict:
-    out = {"budget_gpus": fleet.max_gpus, "max_gpus_used": run.max_gpus_used, "max_gpus_granted": run.max_gpus_granted,
+    out = {"budget_gpus": fleet.max_gpus, "max_gpus_used": run.max_gpus_used, "max_gpus_serving": run.max_gpus_serving,
+           "max_gpus_granted": run.max_gpus_granted,
            "gpu_hours": round(run.gpu_hours, 4), "cold_starts": run.cold_starts, "replica_starts": run.replica_starts,
            "binding_ticks": len(run.ticks)}
     prices = {m.name: fleet.cost_per_gpu_hour(m.name) for m in fleet.members}

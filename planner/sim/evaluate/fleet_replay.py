@@ -36,7 +36,7 @@ from planner.router.defaults import HOLD_QUEUE, HOLD_TIMEOUT_S
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
 from planner.sim.evaluate.backtest import sim_setup
-from planner.sim.evaluate.replay import Replay, _sample, wake_at
+from planner.sim.evaluate.replay import Replay, _sample, finished_replay, wake_at
 from planner.sim.traces.records import RequestTrace
 from planner.types import Decision
 
@@ -61,11 +61,11 @@ class FleetReplay:
         policy was at zero, or before the replicas it woke had started."""
         rep = self.replays[name]
         arrival, ttft, failed = rep.results["arrival_s"], rep.results["ttft_s"], rep.results["failed"]
-        out: list[float] = []
+        hit = np.zeros(len(arrival), dtype=bool)  # each request once, where spans overlap (slept again while starting)
         for slept, woke in (self.asleep or {}).get(name, []):
-            hit = (arrival >= slept) & (arrival < woke + startup_s) & (arrival >= self.score_from_s)
-            out += [math.inf if f else float(x) * 1e3 for x, f in zip(ttft[hit], failed[hit], strict=True)]
-        return out
+            hit |= (arrival >= slept) & (arrival < woke + startup_s)
+        hit &= arrival >= self.score_from_s
+        return [math.inf if f else float(x) * 1e3 for x, f in zip(ttft[hit], failed[hit], strict=True)]
 
     @property
     def gpu_hours(self) -> float:
@@ -74,6 +74,12 @@ class FleetReplay:
     @property
     def max_gpus_used(self) -> float:
         return max((row["gpus"] for row in self.timeline if row["t_s"] >= self.score_from_s), default=0.0)
+
+    @property
+    def max_gpus_serving(self) -> float:
+        """The most GPUs held at once by replicas not draining (starting or ready): within the budget."""
+        return max((row["gpus"] - row.get("draining_gpus", 0.0) for row in self.timeline
+                    if row["t_s"] >= self.score_from_s), default=0.0)
 
     @property
     def max_gpus_granted(self) -> float:
@@ -112,7 +118,8 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
 
     def fleet_tick(t: float, only: set[str] | None = None) -> None:
         names = clusters if only is None else only
-        book.record(planner.tick({n: sources[n].read(windows[n], t) for n in names}, t, only), t, actuators)
+        draining = sum(c.draining_gpus() for c in clusters.values())
+        book.record(planner.tick({n: sources[n].read(windows[n], t) for n in names}, t, only, draining), t, actuators)
 
     while True:
         wake_s, waking = _next_wake(clusters, book.slept_at, signalled) if wake else (math.inf, None)
@@ -135,8 +142,8 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
             last_progress = t
         if (all(c.finished for c in clusters.values()) and t >= last_arrival) or t >= horizon:
             break
-    replays = {n: _finish(n, c, actuators[n], timelines[n], book.targets[n], book.decisions[n], traces[n], warmup_s)
-               for n, c in clusters.items()}
+    replays = {n: finished_replay(n, c, actuators[n], timelines[n], book.targets[n], book.decisions[n], traces[n],
+                                  warmup_s) for n, c in clusters.items()}
     return FleetReplay("fleet" if shared else "unshared", budget if shared else None, replays, fleet_rows,
                        book.ticks, book.clamped, book.starts, book.cold, warmup_s, book.asleep)
 
@@ -213,7 +220,11 @@ def _fleet_row(t: float, clusters: Mapping[str, Cluster], timelines: dict[str, l
                sources: Mapping[str, SimMetricSource], sample_s: float, decisions: Mapping[str, list[Decision]],
                granted: Mapping[str, Mapping[str, int]], per_replica: Mapping[str, Mapping[str, int]]
                ) -> dict[str, float]:
-    row: dict[str, float] = {"t_s": t, "gpus": 0.0, "granted_gpus": 0.0}
+    # gpus: billed (starting, ready, draining); draining_gpus: of those, replicas on their way out, whose GPUs a
+    # tick may already have granted to another policy (GPUs given back are granted in the same tick; live, the
+    # new pod stays Pending until they are free), so gpus - draining_gpus stays within the budget.
+    row: dict[str, float] = {"t_s": t, "gpus": 0.0, "granted_gpus": 0.0,
+                             "draining_gpus": float(sum(c.draining_gpus() for c in clusters.values()))}
     for name, cluster in clusters.items():
         own = _sample(cluster, sources[name], t, sample_s, decisions[name][-1] if decisions[name] else None)
         timelines[name].append(own)
@@ -222,16 +233,4 @@ def _fleet_row(t: float, clusters: Mapping[str, Cluster], timelines: dict[str, l
         row["granted_gpus"] += sum(n * per_replica[name][p] for p, n in granted[name].items())
     return row
 
-
-def _finish(name: str, cluster: Cluster, actuator: SimActuator, timeline: list[dict[str, float]],
-            targets: list[tuple[float, dict[str, int]]], decisions: list[Decision], trace: RequestTrace,
-            score_from_s: float) -> Replay:
-    cluster.fail_unfinished()
-    res = cluster.results()
-    fin = res["finish_s"]
-    last_arrival = float(trace.arrival_s[-1]) if len(trace) else 0.0
-    end_s = max(last_arrival, float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0)
-    gpu_s = cluster.gpu_seconds(end_s) - cluster.gpu_seconds(min(score_from_s, end_s))
-    return Replay(name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets, cluster.failed_count,
-                  decisions, score_from_s)
 

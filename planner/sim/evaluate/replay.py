@@ -93,15 +93,23 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
             last_progress = t
         if (cluster.finished and t >= last_arrival) or t >= horizon:
             break
+    if progress is not None:
+        progress(last_arrival)
+    return finished_replay(controller.name, cluster, actuator, timeline, targets, decisions, trace, score_from_s)
+
+
+def finished_replay(name: str, cluster: Cluster, actuator: SimActuator, timeline: list[dict[str, float]],
+                    targets: list[tuple[float, dict[str, int]]], decisions: list[Decision], trace: RequestTrace,
+                    score_from_s: float) -> Replay:
+    """The run's end: what never finished fails, and the GPU time after ``score_from_s`` is billed."""
     cluster.fail_unfinished()
     res = cluster.results()
     fin = res["finish_s"]
+    last_arrival = float(trace.arrival_s[-1]) if len(trace) else 0.0
     end_s = max(last_arrival, float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0)
     gpu_s = cluster.gpu_seconds(end_s) - cluster.gpu_seconds(min(score_from_s, end_s))
-    if progress is not None:
-        progress(last_arrival)
-    return Replay(controller.name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets,
-                  cluster.failed_count, decisions, score_from_s)
+    return Replay(name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets, cluster.failed_count,
+                  decisions, score_from_s)
 
 
 _UNREAD = NoData(NoDataReason.EMPTY, "not read: the controller follows a schedule", 0.0)
@@ -113,8 +121,10 @@ def wake_at(cluster: Cluster, slept_at: float | None, signalled: float) -> float
     budget that binds)."""
     if slept_at is None:
         return math.inf
-    if cluster.held():
-        return signalled + WAKE_REPEAT_S
+    if cluster.held():  # the router's next repeat after now (requests held since before it slept: now)
+        if not math.isfinite(signalled):
+            return cluster.now
+        return signalled + WAKE_REPEAT_S * max(1, math.floor((cluster.now - signalled) / WAKE_REPEAT_S) + 1)
     if cluster.next_arrival < cluster.log.count:
         return max(cluster.enter_s(cluster.next_arrival), signalled + WAKE_REPEAT_S)
     return math.inf
