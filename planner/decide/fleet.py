@@ -21,8 +21,9 @@ Pure: no I/O, no clock. Each tick every policy of the fleet decides as it would 
    suffer most without it, per GPU the step costs. The cost of withholding a step is the policy's
    *pressure* at its current grant, the worst of its pools' predicted latency over the SLA target at the
    tick's load (TTFT for prefill, ITL for decode, the worse of the two for aggregated; decide/outlook.py).
-   Above 1 the policy misses its SLA; infinite, a queue grows without bound. Ties go to the policy furthest
-   below the GPUs it asked for, as a share of them, then by name.
+   Above 1 the policy misses its SLA; infinite, a queue grows without bound (two of those tie, whatever their
+   steps cost: a policy woken from zero is not outbid by a neighbour growing one GPU at a time). Ties go to
+   the policy furthest below the GPUs it asked for, as a share of them, then by name.
 5. Scale-downs free capacity before scale-ups in the same tick: the fit is of this tick's targets, so GPUs a
    policy gives back are granted to another in the same tick, and ``FleetFit.order`` applies the policies
    that shrink before those that grow.
