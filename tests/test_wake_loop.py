@@ -179,6 +179,7 @@ def test_a_fleets_wake_tick_moves_only_the_policy_it_wakes(tmp_path: Path) -> No
     busy_before = (sources["busy"].reads, dict(actuators["busy"].current), len(actuators["busy"].calls))
     sleepy_reads = sources["sleepy"].reads
     assert fleet_loop.wake_tick() == []  # nobody is held at the router: nothing ticks
+    assert fleet_loop.loops["busy"].wake(4) is False and fleet_loop.wake_tick() == []  # awake: counted at the grid
     assert fleet_loop.loops["sleepy"].wake(2) is True
     clock.advance(7)
     results = fleet_loop.wake_tick()

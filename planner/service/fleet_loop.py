@@ -78,7 +78,7 @@ class FleetLoop:
     def wake_tick(self) -> list[TickResult]:
         """A tick off the grid for the router's wake: only the policies with requests held at the router decide
         (the others' windows and rates are read on the grid; a wake must not move them)."""
-        woken = {n for n, loop in self.loops.items() if loop.wake_signal.pending()}
+        woken = {n for n, loop in self.loops.items() if loop.wake_signal.pending() and loop.asleep()}
         return self.tick(woken) if woken else []
 
     def _act(self, loop: ControlLoop, step: Decided, granted: Decision, now_s: float) -> TickResult:

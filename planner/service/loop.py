@@ -324,6 +324,10 @@ class ControlLoop:
         should tick now (the policy may sleep and a pool of the decision in force is at zero); the caller then
         sets the ``wake_signal.event`` of whatever runs the grid (this loop, or its fleet)."""
         self.wake_signal.note(waiting)
+        return self.asleep()
+
+    def asleep(self) -> bool:
+        """The policy may sleep and a pool of the decision in force is at zero (or none is in force yet)."""
         if not self.policy.scales_to_zero():
             return False
         return self.in_force is None or any(n == 0 for n in self.in_force.targets().values())
