@@ -185,10 +185,17 @@ def _checks(fleet: Fleet, report: dict) -> dict:
     return out
 
 
+def _draining_note(f: dict) -> str:
+    """Where billed GPUs passed the serving ones: said, since it can pass the budget while replicas drain."""
+    serving = f.get("max_gpus_serving")
+    return f" ({serving:g} not draining)" if serving is not None and serving < f["max_gpus_used"] else ""
+
+
 def fleet_markdown(report: dict) -> str:
     f = report["fleet"]
     lines = ["# Fleet backtest", "",
-             f"Budget {f['budget_gpus']} GPUs; peak {f['max_gpus_used']:g} used, {f['max_gpus_granted']:g} granted; "
+             f"Budget {f['budget_gpus']} GPUs; peak {f['max_gpus_used']:g} used{_draining_note(f)}, "
+             f"{f['max_gpus_granted']:g} granted; "
              f"{f['gpu_hours']:.2f} GPU-h; the budget bound on {f['binding_ticks']} ticks; cold starts "
              f"{f['cold_starts']}" + (f"; cost {f['cost']:,.2f}" if "cost" in f else ""), "",
              "| policy | priority | requests | attainment | SLA met | GPU-h | clamped ticks | failed | wakes | "
