@@ -68,6 +68,7 @@ class Fleet:
         self._prefill_pending = self.pending.get("prefill", deque())
         self._sequence_ready = cast("list[DecodeReplica]", self.ready[sequence_pool])
         self._sequence_pending = self.pending[sequence_pool]
+        self._sequence_held = sequence_pool == Pool.AGGREGATED  # aggregated: the router holds its requests
 
     def attach(self, admit_prompt: Callable[[PrefillReplica, int, float], None],
                accept_sequence: Callable[[DecodeReplica, int, float], None]) -> None:
@@ -108,10 +109,10 @@ class Fleet:
         """To the READY decode (or aggregated) replica with the fewest outstanding sequences."""
         ready = self._sequence_ready
         if not ready:
-            if "prefill" in self.pending:
-                self._sequence_pending.append(req)  # decode's queue: the request is past the router
-            else:
+            if self._sequence_held:
                 self._hold(self._sequence_pending, req)
+            else:
+                self._sequence_pending.append(req)  # decode's queue: the request is past the router
             return
         replica = ready[0] if len(ready) == 1 else min(ready, key=_OUTSTANDING_SEQUENCES)
         self._accept_sequence(replica, req, now_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,15 +133,24 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths: list[Path] = []
-    tr = result.trace
-    sla = result.report["sla"]
     warm_min = float(result.report["trace"].get("warmup_s") or 0.0) / 60.0
 
     def shade(ax: Any) -> None:
         if warm_min > 0:
             ax.axvspan(0.0, warm_min, color="0.9", zorder=0, label="warm-up (not scored)")
-    # load
+
+    paths = [_save(_load_plot(plt, result, shade), out / "load.png"),
+             _save(_replicas_plot(plt, result, shade), out / "replicas.png"),
+             _save(_latency_plot(plt, result, shade), out / "latency.png")]
+    calibration = calibration_plot(result)
+    if calibration is not None:
+        paths.append(_save(calibration, out / "calibration.png"))
+    return paths
+
+
+def _load_plot(plt: Any, result: BacktestResult, shade: Callable[[Any], None]) -> Any:
+    """The offered load, requests per second in each minute."""
+    tr = result.trace
     fig, ax = plt.subplots(figsize=(10, 3.5))
     bins = np.arange(0.0, tr.duration_s + 60.0, 60.0)
     counts, edges = np.histogram(tr.arrival_s, bins=bins)
@@ -150,8 +160,11 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
     ax.set_title("Offered load")
     shade(ax)
     ax.legend(**LEGEND_OUTSIDE)
-    paths.append(_save(fig, out / "load.png"))
-    # replicas per pool per policy
+    return fig
+
+
+def _replicas_plot(plt: Any, result: BacktestResult, shade: Callable[[Any], None]) -> Any:
+    """Replicas (starting + ready) per pool, a line per policy."""
     pools = [k.split(".")[0] for k in next(iter(result.replays.values())).timeline[0] if k.endswith(".ready")]
     fig, axes = plt.subplots(len(pools), 1, figsize=(10, 3.2 * len(pools)), squeeze=False)
     count = len(result.replays)
@@ -167,8 +180,13 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
         shade(ax)
         ax.set_xlabel("minutes")
         ax.legend(**LEGEND_OUTSIDE)
-    paths.append(_save(fig, out / "replicas.png"))
-    # latency vs SLA
+    return fig
+
+
+def _latency_plot(plt: Any, result: BacktestResult, shade: Callable[[Any], None]) -> Any:
+    """TTFT and ITL p95 over each policy's metrics window against the SLA's targets."""
+    sla = result.report["sla"]
+    count = len(result.replays)
     fig, axes = plt.subplots(2, 1, figsize=(10, 7))
     for key, ax, target in (("ttft_ms_p95", axes[0], sla["ttft_ms"]), ("itl_ms_p95", axes[1], sla["itl_ms"])):
         for i, (name, rep) in enumerate(result.replays.items()):
@@ -182,11 +200,7 @@ def write_plots(result: BacktestResult, out: Path) -> list[Path]:
         ax.set_xlabel("minutes")
         plain_ms_axis(ax)
         ax.legend(**LEGEND_OUTSIDE)
-    paths.append(_save(fig, out / "latency.png"))
-    calibration = calibration_plot(result)
-    if calibration is not None:
-        paths.append(_save(calibration, out / "calibration.png"))
-    return paths
+    return fig
 
 
 def calibration_plot(result: BacktestResult) -> Any:
