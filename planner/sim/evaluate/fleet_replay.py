@@ -117,9 +117,8 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     signalled: dict[str, float] = dict.fromkeys(clusters, -math.inf)  # the router's last wake signal per policy
 
     def fleet_tick(t: float, only: set[str] | None = None) -> None:
-        names = clusters if only is None else only
-        draining = sum(c.draining_gpus() for c in clusters.values())
-        book.record(planner.tick({n: sources[n].read(windows[n], t) for n in names}, t, only, draining), t, actuators)
+        reads = {n: sources[n].read(windows[n], t) for n in (clusters if only is None else only)}
+        book.record(planner.tick(reads, t, only, sum(c.draining_gpus() for c in clusters.values())), t, actuators)
 
     while True:
         wake_s, waking = _next_wake(clusters, book.slept_at, signalled) if wake else (math.inf, None)
