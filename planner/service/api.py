@@ -190,13 +190,6 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
         records = sorted((r for loop in chosen for r in loop.decisions.since(since_s)), key=lambda r: r["at_s"])
         return {"decisions": records[-limit:] if limit else records}
 
-    @app.get("/v1/fleet", response_model=FleetResponse, tags=["api"], responses={404: ERROR})
-    async def fleet_state() -> dict[str, Any]:
-        """The fleet's budget and its last tick: per policy GPUs wanted vs granted and the reason it got less."""
-        if fleet is None:
-            raise HTTPException(404, "this controller runs no fleet (it was started without a fleet file)")
-        return dict(fleet.summary())
-
     @app.post("/v1/plan", response_model=PlanResponse, tags=["api"], dependencies=[Depends(bearer_guard(token))],
               responses={401: ERROR, 404: ERROR})
     def plan(body: PlanRequest) -> dict[str, Any]:  # sync: FastAPI runs it in a worker thread
@@ -209,6 +202,21 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
         return {"policy": loop.name, "feasible": Reason.SLA_INFEASIBLE not in decision.reasons,
                 "decision": decision_json(decision)}
 
+    _fleet_and_wake_routes(app, pick, fleet, token)
+    return app
+
+
+def _fleet_and_wake_routes(app: FastAPI, pick: Callable[[str | None], Any], fleet: Any, token: str | None) -> None:
+    """GET /v1/fleet (404 without a fleet) and POST /v1/wake (the router's signal; the fleet ticks when there is
+    one, else the woken policy's loop)."""
+
+    @app.get("/v1/fleet", response_model=FleetResponse, tags=["api"], responses={404: ERROR})
+    async def fleet_state() -> dict[str, Any]:
+        """The fleet's budget and its last tick: per policy GPUs wanted vs granted and the reason it got less."""
+        if fleet is None:
+            raise HTTPException(404, "this controller runs no fleet (it was started without a fleet file)")
+        return dict(fleet.summary())
+
     @app.post("/v1/wake", response_model=WakeResponse, tags=["api"], dependencies=[Depends(bearer_guard(token))],
               responses={401: ERROR, 404: ERROR})
     async def wake(body: WakeRequest) -> dict[str, Any]:
@@ -218,8 +226,6 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
         if now:
             (fleet if fleet is not None else loop).wake_signal.event.set()
         return {"policy": loop.name, "tick_now": now}
-
-    return app
 
 
 def _profile(policy: Any) -> Any:
