@@ -93,6 +93,15 @@ def backtest_cmd(
                        scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s, startup_s=startup_s,
                        kill=kill, no_plots=no_plots)
         return
+    policy, profile = _one_policy_args(trace, columns, policy, profile)
+    _backtest_one(Path(trace[0]), profile, policy, out, format, columns, rate_scale, scale_mode, startup_s, baselines,
+                  kill, seed, duration_s, start_s, forecaster, quantile, workers, offline_simulations, no_plots,
+                  dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s)
+
+
+def _one_policy_args(trace: list[str], columns: str | None, policy: Path | None, profile: Path | None
+                     ) -> tuple[Path, Path]:
+    """A backtest of one policy: its --policy and --profile, one trace file, no model column."""
     if "model=" in (columns or ""):
         raise UserError("--columns model=...: only with --fleet (it splits one trace among the fleet's policies)")
     missing = [flag for flag, v in (("--policy", policy), ("--profile", profile)) if v is None]
@@ -101,9 +110,7 @@ def backtest_cmd(
     if len(trace) != 1 or "=" in trace[0] and not Path(trace[0]).exists():
         raise UserError(f"--trace: give one trace file (POLICY=FILE is for --fleet); got {', '.join(trace)}")
     assert policy is not None and profile is not None
-    _backtest_one(Path(trace[0]), profile, policy, out, format, columns, rate_scale, scale_mode, startup_s, baselines,
-                  kill, seed, duration_s, start_s, forecaster, quantile, workers, offline_simulations, no_plots,
-                  dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s)
+    return policy, profile
 
 
 def _only_without_fleet(flags: tuple[tuple[str, bool], ...]) -> None:
