@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the controller: every interval read Prometheus, decide, scale, export telemetry."""
         from planner.service.logs import setup_logging
-        from planner.service.runner import RunOptions, build_fleet_loop, build_loops, serve
+        from planner.service.runner import RunOptions, serve
 
         level = _check_args(log_level, log_format, {"--port": port, "--grpc-port": grpc_port})
         _check_lease_flags(leader_elect, lease_duration_s, renew_deadline_s, retry_period_s)
@@ -117,19 +117,26 @@ def register(app: typer.Typer) -> None:
             check_port_free("--grpc-port", host, grpc_port)
             serve(opts)
             return
-        loops = build_loops(opts)
-        fleet_loop = build_fleet_loop(opts, loops)
-        if fleet_loop is None:
-            _report_once([_tick_once(loop) for loop in loops])
-            return
-        try:
-            results = fleet_loop.tick()
-        finally:
-            for loop in loops:
-                close = getattr(loop.actuator, "close", None)
-                if close is not None:
-                    close()
-        _report_once(results, fleet_loop.summary())
+        _run_once(opts)
+
+
+def _run_once(opts: Any) -> None:
+    """`planner run --once`: one tick of every policy (the fleet's, with --fleet), printed as JSON."""
+    from planner.service.runner import build_fleet_loop, build_loops
+
+    loops = build_loops(opts)
+    fleet_loop = build_fleet_loop(opts, loops)
+    if fleet_loop is None:
+        _report_once([_tick_once(loop) for loop in loops])
+        return
+    try:
+        results = fleet_loop.tick()
+    finally:
+        for loop in loops:
+            close = getattr(loop.actuator, "close", None)
+            if close is not None:
+                close()
+    _report_once(results, fleet_loop.summary())
 
 
 def _policy_paths(policy: list[Path], fleet: Path | None) -> list[Path]:
