@@ -69,7 +69,8 @@ class PlannerMetrics:
                                         "applied to the profile.", ["policy", "factor"], registry=r)
         self.headroom_quantile = Gauge("planner_headroom_quantile", "The forecast quantile the pools were "
                                        "sized at: sla.lean_quantile while the error budget is healthy, "
-                                       "forecast.quantile otherwise.", ["policy"], registry=r)
+                                       "sla.recover_quantile once it is spent, forecast.quantile otherwise.",
+                                       ["policy"], registry=r)
         self.sla_budget_remaining = Gauge("planner_sla_budget_remaining", "Share of the SLA window's allowed "
                                           "misses left (1: none spent; below 0: overspent); with "
                                           "sla.budget_control.", ["policy"], registry=r)

@@ -135,6 +135,7 @@ def test_drain_waits_for_in_flight_requests_after_the_router_dropped_the_replica
         gone = backends.by_address[retired.address]
         wait_until(lambda: not gone.in_rotation, 5, "the router to drop the replica")
         assert retired.exit_code() is None and gone.outstanding == 1  # dropped, not stopped: still streaming
+        assert a.draining_replicas() == {"aggregated": 1}  # its GPUs still held: a fleet does not grant them
         sent_before = backends.by_address[kept.address].sent
         quick = stream(router.url, "x y", 3)  # new requests go to the other replica meanwhile
         assert quick.done and backends.by_address[kept.address].sent == sent_before + 1
@@ -142,6 +143,7 @@ def test_drain_waits_for_in_flight_requests_after_the_router_dropped_the_replica
         for c in clients:
             c.join(60)
         wait_until(lambda: retired.exit_code() is not None, 30, "the drained replica to stop")
+        wait_until(lambda: a.draining_replicas() == {"aggregated": 0}, 10, "the drained replica to be forgotten")
     finally:
         router.stop()
     assert len(results) == 2

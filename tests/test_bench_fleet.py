@@ -103,3 +103,13 @@ def test_bench_fleet_quick_reports_the_fleet(tmp_path: Path, capsys) -> None:  #
     for name, p in report["policies"].items():  # where the GPU-hours go: per pool, and asleep
         assert set(p["mean_gpus"]) == {"prefill", "decode"} and (p["asleep_share"] > 0) == (name in sparse), name
     assert f["cold_starts"] >= len(sparse)
+    # The oracle static: per model no dearer than its peak pool, and meeting its SLA wherever the peak did.
+    least, peak = comp["static_min"]["policies"], comp["static_peak"]["policies"]
+    assert comp["static_min"]["gpu_hours"] < comp["static_peak"]["gpu_hours"]  # the search found a cheaper pool
+    for name in least:
+        assert least[name]["gpu_hours"] <= peak[name]["gpu_hours"] + 1e-9, name
+        assert least[name]["sla_met"] or not peak[name]["sla_met"], name
+        assert sum(least[name]["peak_replicas"].values()) <= sum(peak[name]["peak_replicas"].values()), name
+    assert report["checks"]["gpu_hours_vs_static_min"] == pytest.approx(
+        f["gpu_hours"] / comp["static_min"]["gpu_hours"], rel=1e-3)
+    assert "Targets: high-priority SLAs met while the budget binds: " in " ".join(out.split())

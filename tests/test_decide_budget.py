@@ -46,6 +46,12 @@ HEALTHY = SlaBudget(remaining=0.9, burn_short=0.5, burn_long=0.4, attainment=0.9
     pytest.param(replace(HEALTHY, burn_long=1.2), 0.8, Reason.BUDGET_BURNING, id="slow-burn-over-the-window"),
     pytest.param(replace(HEALTHY, remaining=LOW_REMAINING - 0.01), 0.8, Reason.BUDGET_BURNING, id="nearly-spent"),
     pytest.param(replace(HEALTHY, burn_long=None), 0.5, Reason.BUDGET_LEAN, id="long-window-unknown-short-ok"),
+    # Spent: the window's attainment is below the percentile, so above the conservative headroom until it is back.
+    pytest.param(replace(HEALTHY, remaining=0.0, burn_short=0.5), 0.99, Reason.BUDGET_OVERSPENT, id="spent"),
+    pytest.param(replace(HEALTHY, remaining=-0.4, burn_short=3.0), 0.99, Reason.BUDGET_OVERSPENT, id="overspent"),
+    pytest.param(replace(HEALTHY, remaining=0.01, burn_short=3.0), 0.8, Reason.BUDGET_BURNING, id="nearly-spent-fast"),
+    pytest.param(replace(HEALTHY, remaining=-0.4, burn_short=None), 0.8, Reason.BUDGET_UNMEASURED,
+                 id="overspent-short-window-unknown"),
 ])
 def test_headroom_table(budget: SlaBudget | None, q: float, reason: Reason) -> None:
     pol = free_policy(sla={"budget_control": True})
@@ -55,8 +61,44 @@ def test_headroom_table(budget: SlaBudget | None, q: float, reason: Reason) -> N
 def test_off_is_the_policys_quantile_whatever_the_budget() -> None:
     pol = free_policy()
     assert not pol.sla.budget_control
-    for budget in (None, HEALTHY, replace(HEALTHY, burn_short=10.0)):
+    for budget in (None, HEALTHY, replace(HEALTHY, burn_short=10.0), replace(HEALTHY, remaining=-1.0)):
         assert headroom_quantile(pol, budget) == (0.8, None)
+
+
+def test_recovery_never_sizes_below_the_conservative_quantile() -> None:
+    spent = replace(HEALTHY, remaining=-0.2)
+    low = free_policy(sla={"budget_control": True, "recover_quantile": 0.6})
+    assert headroom_quantile(low, spent) == (0.8, Reason.BUDGET_OVERSPENT)
+    mid = free_policy(sla={"budget_control": True, "recover_quantile": 0.9})
+    assert headroom_quantile(mid, spent) == (0.9, Reason.BUDGET_OVERSPENT)
+
+
+@pytest.mark.parametrize("steady_rules, rate_cv, recovers", [
+    pytest.param(True, 0.1, False, id="steady-load-stays-conservative"),
+    pytest.param(True, 0.55, True, id="bursty-load-recovers"),
+    pytest.param(True, None, True, id="unknown-burstiness-recovers"),
+    pytest.param(False, 0.1, True, id="no-steady-rules-always-recovers"),
+])
+def test_a_spent_budget_recovers_on_bursty_load_only(steady_rules: bool, rate_cv: float | None,
+                                                     recovers: bool) -> None:
+    """On steady load the forecast's quantile already covers the load: a spent budget there stays at the
+    conservative headroom (more would buy GPUs, not attainment); on bursty or unknown load it recovers."""
+    pol = free_policy(sla={"budget_control": True},
+                      behavior={"steady": {"max_rate_cv": 0.3} if steady_rules else None})
+    spent = replace(HEALTHY, remaining=-0.2, burn_short=3.0)
+    want = (0.99, Reason.BUDGET_OVERSPENT) if recovers else (0.8, Reason.BUDGET_BURNING)
+    assert headroom_quantile(pol, spent, rate_cv) == want
+    assert headroom_quantile(pol, HEALTHY, rate_cv) == (0.5, Reason.BUDGET_LEAN)  # healthy: lean whatever the load
+
+
+def test_a_spent_budget_sizes_above_a_burning_one() -> None:
+    pol = free_policy(sla={"budget_control": True})
+    obs = observation(0.0, 40.0, ready={"prefill": 8, "decode": 3})
+    burning, _ = decide(spec(pol), obs, forecast(40.0, replace(HEALTHY, burn_short=5.0)), None, 0.0)
+    spent, _ = decide(spec(pol), obs, forecast(40.0, replace(HEALTHY, remaining=-0.1, burn_short=5.0)), None, 0.0)
+    assert spent.pools["prefill"].replicas > burning.pools["prefill"].replicas
+    assert Reason.BUDGET_OVERSPENT in spent.pools["prefill"].reasons
+    assert spent.detail["headroom_quantile"] == 0.99
 
 
 def test_status_over_the_window_with_short_and_long_burn() -> None:
@@ -111,7 +153,8 @@ def test_lean_above_the_conservative_quantile_names_the_key() -> None:
 
 def test_hedge_yaml_is_the_example_without_spending_the_budget() -> None:
     """policies/hedge.yaml, the reference the example is measured against, differs from it only where the
-    example spends the SLA: the budget stage, its lean quantile, the forecast quantile and the steady rules."""
+    example spends the SLA: the budget stage, its lean and recovery quantiles, the forecast quantile and the steady
+    rules."""
     example = yaml.safe_load(EXAMPLE.read_text())
     hedge = yaml.safe_load((REPO / "policies" / "hedge.yaml").read_text())
     assert example["sla"]["budget_control"] is True and hedge["sla"]["budget_control"] is False
@@ -119,8 +162,8 @@ def test_hedge_yaml_is_the_example_without_spending_the_budget() -> None:
     assert hedge["behavior"]["steady"] is None and example["behavior"]["steady"]["max_rate_cv"] == 0.3
     for data in (example, hedge):
         data.pop("name")
-        for key in ("budget_control", "lean_quantile"):
-            data["sla"].pop(key)
+        for key in ("budget_control", "lean_quantile", "recover_quantile"):
+            data["sla"].pop(key, None)
         data["forecast"].pop("quantile")
         data["behavior"].pop("steady")
     assert hedge == example
@@ -211,7 +254,7 @@ def test_off_holds_the_suites_figures_and_on_moves_them() -> None:
     base, off, on = row(hedge), row(off_again), row(shipped)
     assert off[1] == base[1]
     assert (off[0]["gpu_hours"], off[0]["attainment_joint"]) == (base[0]["gpu_hours"], base[0]["attainment_joint"])
-    budget = {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING, Reason.BUDGET_UNMEASURED}
+    budget = {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING, Reason.BUDGET_OVERSPENT, Reason.BUDGET_UNMEASURED}
     assert not any(budget & set(reasons) for _, reasons in base[1])
     assert sum(bool(budget & set(reasons)) for _, reasons in on[1]) > len(on[1]) / 2
 

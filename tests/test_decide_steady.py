@@ -183,7 +183,8 @@ def test_a_burning_error_budget_keeps_the_hedge_on_steady_traffic() -> None:
     burning = replace(healthy, burn_short=5.0)
     rates = [200.0] * 4 + [50.0] * 4
     out = {}
-    for name, budget in (("healthy", healthy), ("burning", burning), ("unknown", None)):
+    spent = replace(healthy, remaining=-0.1)
+    for name, budget in (("healthy", healthy), ("burning", burning), ("spent", spent), ("unknown", None)):
         s, state, ready = spec(pol), None, None
         first, _ = decide(spec(free_policy()), observation(0.0, rates[0]), load_forecast(rates[0]), None, 0.0)
         ready, decisions = first.targets(), []
@@ -197,7 +198,9 @@ def test_a_burning_error_budget_keeps_the_hedge_on_steady_traffic() -> None:
     high = out["healthy"][3].pools["prefill"].replicas
     assert out["healthy"][4].pools["prefill"].replicas < high - 2  # steady rules: given back at once
     assert out["healthy"][4].detail["scale_down_rules"] == "steady"
-    for name, why in (("burning", Reason.BUDGET_BURNING), ("unknown", Reason.BUDGET_UNMEASURED)):
+    # spent: on steady load (rate cv 0.1) the conservative headroom, not the recovery one, and the hedge
+    for name, why in (("burning", Reason.BUDGET_BURNING), ("spent", Reason.BUDGET_BURNING),
+                      ("unknown", Reason.BUDGET_UNMEASURED)):
         assert [d.pools["prefill"].replicas for d in out[name][4:]] == [high] * 4, name
         assert out[name][4].detail["scale_down_rules"] == "hedge"
         assert why in out[name][4].pools["prefill"].reasons

@@ -189,3 +189,56 @@ def test_a_fleets_wake_tick_moves_only_the_policy_it_wakes(tmp_path: Path) -> No
     assert set(fleet_loop.last.fit.order) == {"sleepy", "busy"} and fleet_loop.last.held == frozenset({"busy"})
     clock.advance(23)
     assert len(fleet_loop.tick()) == 2 and sources["busy"].reads == busy_before[0] + 1  # the grid: both
+
+
+class Loaded:
+    """A policy under steady load: every read shows ``rate`` req/s on the replicas it was last given."""
+
+    def __init__(self, rate: float, actuator: RecordingActuator) -> None:
+        self.rate, self.actuator = rate, actuator
+
+    def read(self, window_s: float, now_s: float) -> Observation | NoData:
+        from tests.support.decide_support import observation
+
+        return observation(now_s, self.rate, ready=dict(self.actuator.current))
+
+
+class Draining(RecordingActuator):
+    """A process actuator's view: replicas out of the router's rotation, still finishing (and holding GPUs)."""
+
+    def __init__(self, initial: dict[str, int], draining: dict[str, int]) -> None:
+        super().__init__(initial)
+        self.draining = draining
+
+    def draining_replicas(self) -> dict[str, int]:
+        return dict(self.draining)
+
+
+def test_a_fleet_does_not_grant_the_gpus_of_replicas_still_draining(tmp_path: Path) -> None:
+    """`planner run --fleet`: GPUs still held by draining replicas are not granted again until they are free
+    (as in the simulator's fleet replay); the granted GPUs plus the draining ones stay within the budget."""
+    from planner.fleet_file import load_fleet
+    from planner.service.fleet_loop import FleetLoop
+    from tests.support.fleet_support import member, write_fleet
+
+    granted: dict[int, int] = {}
+    for drained in (0, 1):
+        over = {"forecast": {"model": "last-value"}, "actuator": {"kind": "dry-run"}}
+        fleet = load_fleet(write_fleet(tmp_path / str(drained), [member("hi", 10, **over), member("lo", 0, **over)],
+                                       max_gpus=24))
+        clock = FakeClock(1_700_000_000.0)
+        actuators = {"hi": Draining({"prefill": 2, "decode": 1}, {"prefill": 0, "decode": 0}),
+                     "lo": Draining({"prefill": 2, "decode": 1}, {"prefill": 0, "decode": drained})}
+        loops = [ControlLoop(m.policy, make_planner_controller(m.policy, m.profile), Loaded(60.0, actuators[m.name]),
+                             actuators[m.name], PlannerMetrics(), clock) for m in fleet.members]
+        fleet_loop = FleetLoop(fleet, loops)
+        for _ in range(3):
+            fleet_loop.tick()
+            clock.advance(30)
+        tick = fleet_loop.last
+        assert tick is not None and tick.fit.binds
+        per_decode = tick.granted["lo"].pools["decode"].gpus_per_replica
+        assert fleet_loop.draining_gpus() == drained * per_decode
+        granted[drained] = tick.fit.used_gpus
+        assert granted[drained] + fleet_loop.draining_gpus() <= 24
+    assert granted[1] < granted[0]

@@ -405,6 +405,16 @@ class ProcessActuator:
                 out[r.pool][r.state].append(r.port)
         return out
 
+    def draining_replicas(self) -> dict[str, int]:
+        """Replicas per pool out of the router's rotation and finishing their work: their GPUs are still held
+        (`planner run --fleet` does not grant them again until they are free)."""
+        with self._lock:
+            out = {p: 0 for p in self.settings.pools}
+            for r in self.replicas:
+                if r.state == "draining":
+                    out[r.pool] += 1
+        return out
+
     def close(self, timeout_s: float | None = None) -> None:
         """Drain and stop every replica (the controller is shutting down); targets.json ends empty."""
         with self._lock:

@@ -7,8 +7,9 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
      source's ``stale_after_intervals`` intervals), holds every pool (never scale down on missing data).
      Otherwise the load at the horizon ``startup_s + interval_s``: the rate forecast at the quantile the
      error budget allows (decide/error_budget.py: ``sla.lean_quantile`` while the SLA's budget is healthy,
-     ``forecast.quantile`` when it burns fast or is unknown, or always with ``sla.budget_control`` off;
-     reasons budget_lean / budget_burning / budget_unmeasured), never negative, at most 2x its mean; mean ISL
+     ``forecast.quantile`` when it burns fast or is unknown, ``sla.recover_quantile`` once it is spent, or
+     ``forecast.quantile`` always with ``sla.budget_control`` off; reasons budget_lean / budget_burning /
+     budget_overspent / budget_unmeasured), never negative, at most 2x its mean; mean ISL
      and OSL, each pool's work quantile and any backlog it holds. A forecast that failed
      falls back to the observed window (reason forecast_fallback); measured zero traffic with a zero
      forecast sizes the pools to their floors.
@@ -23,7 +24,8 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
      floors, ceilings); a pool missing from the observation or sized from a fallback forecast may scale up
      but not down. The scale-down rules are ``behavior.steady``'s while the forecast's ``rate_cv`` says the
      arrival rate is steady, the hedge (``behavior.scale_down``) while it is bursty or unknown, or while the
-     error budget burns fast or is not yet measured (reasons budget_burning, budget_unmeasured).
+     error budget burns fast, is spent or is not yet measured (reasons budget_burning, budget_overspent,
+     budget_unmeasured).
   5. Budget (decide/budget.py): when the pools together ask for more than ``budget.max_gpus``, the GPUs go
      to the pool under the most SLA pressure, floors first.
   6. Floors: whatever the stages above did, no pool leaves [min_replicas, max_replicas].
@@ -82,7 +84,8 @@ def steady_gate(dem: Demand, forecast: LoadForecast | None) -> float | None:
     """The burstiness that picks the scale-down rules (None: unknown, so the hedge). While the error budget burns
     fast (or is not yet measured) the hedge holds even on steady traffic: the steady rules give capacity back at
     once, and a budget already being spent cannot also pay for the rebound that follows a scale-down."""
-    if forecast is None or {Reason.BUDGET_BURNING, Reason.BUDGET_UNMEASURED} & set(dem.reasons):
+    hedged = {Reason.BUDGET_BURNING, Reason.BUDGET_OVERSPENT, Reason.BUDGET_UNMEASURED}
+    if forecast is None or hedged & set(dem.reasons):
         return None
     return forecast.rate_cv
 

@@ -130,7 +130,8 @@ def _with_backlog(load: Load, queue: float, horizon_s: float) -> Load:
 def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -> Demand | Hold:
     reasons: list[Reason] = []
     arrivals = _arrivals(spec, obs)
-    q, headroom = headroom_quantile(spec.policy, forecast.sla_budget if forecast is not None else None)
+    q, headroom = headroom_quantile(spec.policy, forecast.sla_budget if forecast is not None else None,
+                                    forecast.rate_cv if forecast is not None else None)
     if headroom is not None:
         reasons.append(headroom)
     rate = finite(forecast.rate_rps.at(q)) if forecast is not None and forecast.rate_rps.ok else None

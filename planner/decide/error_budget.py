@@ -4,7 +4,10 @@ The SLA's percentile p is a budget: over ``sla.window_s`` a share 1 - p of reque
 interval as if it were the worst spends none of it, and pays GPUs for every point of attainment above p. With
 ``sla.budget_control`` on, the decision sizes at ``sla.lean_quantile`` of the forecast while the budget is
 healthy and goes back to ``forecast.quantile`` (the conservative headroom) when it burns fast, as SRE
-burn-rate alerting reads budgets: a short and a long window, burn rate = miss share / (1 - p).
+burn-rate alerting reads budgets: a short and a long window, burn rate = miss share / (1 - p). Once the
+window's budget is spent (remaining <= 0: its attainment so far is below p) on bursty load, it sizes at
+``sla.recover_quantile`` (never below ``forecast.quantile``) until the attainment is back at p: the
+conservative headroom is what let it fall there, so holding it would end the window below the SLA.
 
 Worked example (p95, one hour): 36,000 requests allow 1,800 misses. 300 misses in the last 5 minutes out of
 3,000 requests is a 10 % miss share, a burn rate of 2 over the short window: at that pace the hour's budget is
@@ -85,16 +88,24 @@ def budget_status(samples: Sequence[BudgetSample], now_s: float, window_s: float
                      burn_long=_burn(recent, now_s - min(LONG_WINDOW_S, window_s), allowed), requests=counted)
 
 
-def headroom_quantile(policy: Policy, budget: SlaBudget | None) -> tuple[float, Reason | None]:
+def headroom_quantile(policy: Policy, budget: SlaBudget | None,
+                      rate_cv: float | None = None) -> tuple[float, Reason | None]:
     """The forecast quantile to size at, and why (None: budget control off, the policy's quantile as ever).
 
-    Unknown budget (no measure yet, too few requests) is never read as healthy: conservative.
+    Unknown budget (no measure yet, too few requests) is never read as healthy: conservative. A spent budget
+    on bursty or unknown load (``rate_cv`` not steady by ``behavior.steady``; no steady rules: always) sizes
+    at the recovery quantile; on steady load it stays conservative: there the forecast's quantile already
+    covers the load, and what misses (ramps seen late, prompts no size serves in time) more headroom does not
+    buy back (five seeds per suite scenario: on steady scenarios +4-10 % GPU-hours on the seeds it touched for
+    0.1-0.3 points; on Azure code +1.7 % for a point, 93.9 -> 94.9 %).
     """
     if not policy.sla.budget_control:
         return policy.forecast.quantile, None
     conservative = (policy.forecast.quantile, Reason.BUDGET_BURNING)
     if budget is None or budget.burn_short is None:
         return policy.forecast.quantile, Reason.BUDGET_UNMEASURED
+    if budget.remaining <= 0.0 and not policy.behavior.is_steady(rate_cv):
+        return max(policy.sla.recover_quantile, policy.forecast.quantile), Reason.BUDGET_OVERSPENT
     if budget.remaining < LOW_REMAINING or budget.burn_short > FAST_BURN:
         return conservative
     if budget.burn_long is not None and budget.burn_long > SLOW_BURN:

@@ -5,7 +5,9 @@ One tick, on one grid (a fleet has one ``interval_s``): each loop leads, reads, 
 (``ControlLoop.decide_step``); the fleet stage (planner/fleet.py ``fit_decisions`` over decide/fleet.py, the
 same as ``planner backtest --fleet`` and ``planner plan --fleet``) fits the decisions into the budget; each
 planner's state is told what it was granted; then the loops apply their grants, the policies that give GPUs
-back first (``ControlLoop.act_step``). A loop with nothing to apply this tick (standby, held for seeding, its
+back first (``ControlLoop.act_step``). GPUs still held by replicas draining through the router (the process
+actuator's ``draining_replicas``) are not granted again until they are free, as in the simulator; Kubernetes
+keeps a pod that cannot get its GPUs Pending, so the other actuators count none. A loop with nothing to apply this tick (standby, held for seeding, its
 decision failed) keeps the GPUs of the decision in force: the fleet fits the others around it, as it does a
 policy held for missing data.
 
@@ -59,7 +61,7 @@ class FleetLoop:
         wanted, fixed = self._asks(steps)
         tick = None
         if wanted:
-            tick = fit_decisions(self.fleet.max_gpus, {n: self.loops[n].policy for n in wanted}, self.priority, wanted,
+            tick = fit_decisions(self.fleet.max_gpus - self.draining_gpus(), {n: self.loops[n].policy for n in wanted}, self.priority, wanted,
                                  before, lambda: self._outlooks(steps, before, now_s), now_s, held=fixed)
             self._export(tick, steps)
             self.last = tick
@@ -74,6 +76,18 @@ class FleetLoop:
                 results[name] = step
         self.ticks += 1
         return [self.loops[n].finish(results[n], started) for n in ticking]
+
+    def draining_gpus(self) -> int:
+        """GPUs held by replicas on their way out, over every policy whose actuator can tell (a pool's GPUs
+        per replica from the decision in force; none in force: nothing of it was started by this loop)."""
+        total = 0
+        for loop in self.loops.values():
+            draining = getattr(loop.actuator, "draining_replicas", None)
+            if draining is None or loop.in_force is None:
+                continue
+            pools = loop.in_force.pools
+            total += sum(n * pools[p].gpus_per_replica for p, n in draining().items() if p in pools)
+        return total
 
     def wake_tick(self) -> list[TickResult]:
         """A tick off the grid for the router's wake: only the policies with requests held at the router decide
