@@ -408,12 +408,7 @@ class ProcessActuator:
     def draining_replicas(self) -> dict[str, int]:
         """Replicas per pool out of the router's rotation and finishing their work: their GPUs are still held
         (`planner run --fleet` does not grant them again until they are free)."""
-        with self._lock:
-            out = {p: 0 for p in self.settings.pools}
-            for r in self.replicas:
-                if r.state == "draining":
-                    out[r.pool] += 1
-        return out
+        return {pool: len(states["draining"]) for pool, states in self.snapshot().items()}
 
     def close(self, timeout_s: float | None = None) -> None:
         """Drain and stop every replica (the controller is shutting down); targets.json ends empty."""

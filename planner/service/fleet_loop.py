@@ -7,8 +7,8 @@ same as ``planner backtest --fleet`` and ``planner plan --fleet``) fits the deci
 planner's state is told what it was granted; then the loops apply their grants, the policies that give GPUs
 back first (``ControlLoop.act_step``). GPUs still held by replicas draining through the router (the process
 actuator's ``draining_replicas``) are not granted again until they are free, as in the simulator; Kubernetes
-keeps a pod that cannot get its GPUs Pending, so the other actuators count none. A loop with nothing to apply this tick (standby, held for seeding, its
-decision failed) keeps the GPUs of the decision in force: the fleet fits the others around it, as it does a
+keeps a pod that cannot get its GPUs Pending, so the other actuators count none. A loop with nothing to
+apply this tick (standby, held for seeding, its decision failed) keeps the GPUs of the decision in force: the fleet fits the others around it, as it does a
 policy held for missing data.
 
 Exports per policy its GPUs wanted vs granted and the reason it got less, and the fleet's GPUs wanted,
@@ -61,7 +61,8 @@ class FleetLoop:
         wanted, fixed = self._asks(steps)
         tick = None
         if wanted:
-            tick = fit_decisions(self.fleet.max_gpus - self.draining_gpus(), {n: self.loops[n].policy for n in wanted}, self.priority, wanted,
+            policies = {n: self.loops[n].policy for n in wanted}
+            tick = fit_decisions(self.fleet.max_gpus - self.draining_gpus(), policies, self.priority, wanted,
                                  before, lambda: self._outlooks(steps, before, now_s), now_s, held=fixed)
             self._export(tick, steps)
             self.last = tick

@@ -193,19 +193,17 @@ def _static_min(fleet: Fleet, traces: Mapping[str, RequestTrace], peaks: Mapping
         held = {p: pd.replicas for p, pd in pools.items()}
         floors = {p: max(1, m.policy.pool(p).min_replicas) for p in held}
         percentile = m.policy.sla.percentile / 100.0
-        while _meets(best, m, traces[m.name], percentile):
-            tried = None
+        found = _meets(best, m, traces[m.name], percentile)
+        while found:
+            found = False
             for p in sorted(held, key=lambda p: -gpus[p]):
                 if held[p] <= floors[p]:
                     continue
                 fewer = {**held, p: held[p] - 1}
                 rep = _static_replay(m, traces[m.name], fewer, gpus, fleet.interval_s, startup_s, kill, warmup_s)
                 if _meets(rep, m, traces[m.name], percentile):
-                    tried = (fewer, rep)
+                    held, best, found = fewer, rep, True
                     break
-            if tried is None:
-                break
-            held, best = tried
         out[m.name] = best
     return out
 
