@@ -72,6 +72,14 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _note(seen: dict[tuple[int, str | None], str], pid: int) -> None:
+    """Record ``pid``'s latest command line: a child seen between fork and exec still shows its parent's (or
+    none), and exec keeps the pid and start time, so the first look can miss what it became."""
+    key, command = (pid, _start_time(pid)), _cmdline(pid)
+    if command or key not in seen:
+        seen[key] = command
+
+
 @pytest.mark.slow
 @pytest.mark.prometheus
 def test_up_scales_each_pool_up_and_down_and_leaves_no_process(tmp_path: Path) -> None:
@@ -90,7 +98,7 @@ def test_up_scales_each_pool_up_and_down_and_leaves_no_process(tmp_path: Path) -
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             for pid in descendants(proc.pid):
-                seen.setdefault((pid, _start_time(pid)), _cmdline(pid))
+                _note(seen, pid)
             time.sleep(0.2)
     finally:
         if proc.poll() is None:
@@ -146,7 +154,7 @@ def test_a_stopped_run_leaves_no_process(tmp_path: Path, sig: int) -> None:
         for line in proc.stdout or []:
             lines.append(json.loads(line))
             for pid in descendants(proc.pid):
-                seen.setdefault((pid, _start_time(pid)), _cmdline(pid))
+                _note(seen, pid)
             if lines[-1].get("load", {}).get("sent", 0) >= 5:
                 break
         proc.send_signal(sig)
