@@ -130,7 +130,8 @@ class PlannerMetrics:
         self.fleet_policy_gpus = Gauge("planner_fleet_policy_gpus", "One policy's GPUs in the fleet: state wanted "
                                        "or granted.", ["policy", "state"], registry=r)
         self.fleet_clamp = Gauge("planner_fleet_clamp", "1 while the fleet grants the policy fewer GPUs than it "
-                                 "decided, labelled by why (fleet_priority or fleet_share); absent otherwise.",
+                                 "decided, labelled by why (fleet_priority, fleet_wake or fleet_share); absent "
+                                 "otherwise.",
                                  ["policy", "reason"], registry=r)
 
     def family_names(self) -> frozenset[str]:
@@ -313,7 +314,7 @@ def record_fleet(metrics: PlannerMetrics, budget_gpus: int, wanted: Mapping[str,
     for policy in wanted:
         metrics.fleet_policy_gpus.labels(policy=policy, state="wanted").set(wanted[policy])
         metrics.fleet_policy_gpus.labels(policy=policy, state="granted").set(granted[policy])
-        for reason in (Reason.FLEET_PRIORITY, Reason.FLEET_SHARE):
+        for reason in (Reason.FLEET_PRIORITY, Reason.FLEET_WAKE, Reason.FLEET_SHARE):
             _set(metrics.fleet_clamp, {"policy": policy, "reason": reason.value},
                  1.0 if reasons.get(policy) is reason else None)
 

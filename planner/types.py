@@ -308,6 +308,7 @@ class Reason(StrEnum):
     BUDGET_UNMEASURED = "budget_unmeasured"
     FLEET_PRIORITY = "fleet_priority"  # the fleet's budget went to a higher-priority policy first
     FLEET_SHARE = "fleet_share"  # the fleet's budget was shared with policies of equal priority
+    FLEET_WAKE = "fleet_wake"  # the fleet's budget went first to a lower priority's wake (requests held for it)
     IDLE_WINDOW = "idle_window"  # min_replicas 0: one replica kept until idle for scale_to_zero_after_s
     WAKE_TOGETHER = "wake_together"  # min_replicas 0: traffic seen, every pool has at least one replica
 

@@ -85,18 +85,20 @@ def test_bench_fleet_quick_reports_the_fleet(tmp_path: Path, capsys) -> None:  #
     assert f["max_gpus_granted"] <= f["budget_gpus"] < comp["unshared"]["max_gpus_used"]  # the budget binds
     assert f["binding_ticks"] > 0 and f["gpu_hours"] < comp["static_peak"]["gpu_hours"]
     top = [p for p in report["policies"].values() if p["priority"] == 10]
-    assert all(p["clamped_ticks"] == 0 for p in top)  # the high priorities keep their SLA sizes
+    # The high priorities keep their SLA sizes but for the smallest wake of a sleeping model with held requests
+    # (fleet_wake): never a GPU to a lower priority's growth.
+    assert all(set(p["clamped_by"]) <= {"fleet_wake"} for p in top)
+    for p in report["policies"].values():
+        assert sum(p["clamped_by"].values()) == p["clamped_ticks"]
     assert set(f) >= {"budget_gpus", "max_gpus_used", "gpu_hours", "cold_starts"}
     # Billed GPUs pass the budget only by replicas still draining whose GPUs a tick granted again.
     assert 0 < f["max_gpus_serving"] <= f["budget_gpus"] and f["max_gpus_serving"] <= f["max_gpus_used"]
     assert f["gpu_hours"] > 0
     for name, p in report["policies"].items():  # per policy: its scores against its SLA, its GPUs, its wakes
         assert {"attainment_joint", "gpu_hours", "sla_met", "failed_requests", "clamped_ticks"} <= set(p), name
-        # No request fails but one held at the router for a cold start past its timeout, counted as such: a
-        # low-priority policy the budget kept at zero (quick run: the chat burst and the priority-5 and 10
-        # models hold the budget, and sparse-c's held requests time out).
-        assert p["failed_requests"] == p["cold_starts"]["failed"], name
-        assert p["failed_requests"] == 0 or (p["priority"] == 0 and p["clamped_ticks"] > 0), name
+        # No request fails: held at the router, a sleeping model wakes ahead of the priorities (before that rule
+        # the quick run's sparse-c, priority 0, stayed at zero behind the others and 611 held requests timed out).
+        assert p["failed_requests"] == p["cold_starts"]["failed"] == 0, name
     assert report["checks"]["failed_requests"] == sum(p["failed_requests"] for p in report["policies"].values())
     sparse = [m.name for m in MODELS if m.busy_phase is not None]
     assert all(report["policies"][n]["cold_starts"]["wakes"] >= 1 for n in sparse)  # they sleep, and wake

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from planner.decide.behavior import behave, commit
 from planner.decide.fleet import FleetFit, PolicyAsk, PoolAsk, fit_fleet, granted_decision, regranted_state
 from planner.decide.state import PlannerState, PoolMemory
 from planner.types import Decision, PoolDecision, Reason
@@ -130,8 +132,8 @@ def test_two_unbounded_queues_tie_whatever_their_steps_cost() -> None:
     """A policy woken from zero (its first step a whole prefill + decode pair, 3 GPUs) and a busy one growing a
     GPU at a time, both with an unbounded queue: the tie goes to the one furthest behind, the woken one, where
     the cheaper step used to win every time (and the woken policy's held requests timed out)."""
-    woken = PolicyAsk("woken", 0, {"prefill": PoolAsk(1, 1, 0, (math.inf,)), "decode": PoolAsk(1, 2, 0, (math.inf,))},
-                      together=True)
+    # Not ``together``: a sleeping policy's first step is a wake (rule 1b, tested below) and never reaches the tie.
+    woken = PolicyAsk("woken", 0, {"prefill": PoolAsk(1, 1, 0, (math.inf,)), "decode": PoolAsk(1, 2, 0, (math.inf,))})
     busy = ask("busy", 0, agg(5, floor=1, costs=(math.inf,) * 4))
     fit = fit_fleet([busy, woken], 1 + 3)
     assert dict(fit.granted["woken"]) == {"prefill": 1, "decode": 1} and fit.granted["busy"]["aggregated"] == 1
@@ -139,6 +141,54 @@ def test_two_unbounded_queues_tie_whatever_their_steps_cost() -> None:
                        together=True)
     fit = fit_fleet([ask("busy", 0, agg(5, floor=1, costs=(3.0,) * 4)), finite], 1 + 3)
     assert fit.granted["busy"]["aggregated"] == 4  # finite pressures still compare per GPU: 3.0/1 over 2.0/3
+
+
+W = Reason.FLEET_WAKE
+
+
+def sleeper(name: str, priority: int, first: float = math.inf, together: bool = True, wanted: int = 2) -> PolicyAsk:
+    """A policy at zero (floors 0) asking for ``wanted`` prefill and 1 two-GPU decode replica; ``first``: the
+    price of its first step (inf: requests held at the router that nothing else serves)."""
+    return PolicyAsk(name, priority, {"prefill": PoolAsk(wanted, 1, 0, (first, *(1.5,) * (wanted - 1))),
+                                      "decode": PoolAsk(1, 2, 0, (first,))}, together=together)
+
+
+WAKES = [  # (id, budget, asks, granted, reasons)
+    ("held requests wake a sleeping policy ahead of a higher priority", 10,
+     [ask("hi", 10, agg(10)), sleeper("lo", 0)],
+     {"hi": {"aggregated": 7}, "lo": {"prefill": 1, "decode": 1}}, {"hi": W, "lo": P}),
+    ("only its first step: past it the priorities rule", 11,
+     [ask("hi", 10, agg(8)), sleeper("lo", 0, wanted=3)],
+     {"hi": {"aggregated": 8}, "lo": {"prefill": 1, "decode": 1}}, {"lo": P}),
+    ("no traffic priced (an idle window's replicas): no wake", 10,
+     [ask("hi", 10, agg(10)), sleeper("lo", 0, first=1.0)],
+     {"hi": {"aggregated": 10}, "lo": {"prefill": 0, "decode": 0}}, {"lo": P}),
+    ("a policy that does not sleep together is not woken ahead", 10,
+     [ask("hi", 10, agg(10)), sleeper("lo", 0, together=False)],
+     {"hi": {"aggregated": 10}, "lo": {"prefill": 0, "decode": 0}}, {"lo": P}),
+    ("two wakes, room for one: the higher priority's", 6,
+     [sleeper("a-lo", 0), sleeper("b-mid", 5), ask("hi", 10, agg(4))],
+     {"a-lo": {"prefill": 0, "decode": 0}, "b-mid": {"prefill": 1, "decode": 1}, "hi": {"aggregated": 3}},
+     {"a-lo": P, "b-mid": P, "hi": W}),
+    ("a wake that does not fit is never half granted", 2,
+     [sleeper("lo", 0), ask("hi", 10, agg(3))],
+     {"lo": {"prefill": 0, "decode": 0}, "hi": {"aggregated": 2}}, {"lo": S, "hi": S}),
+    ("a wake at the same priority is the level's own (fleet_share, not fleet_wake)", 6,
+     [sleeper("z", 5), ask("a", 5, agg(6, costs=(1.0,) * 5))],
+     {"z": {"prefill": 2, "decode": 1}, "a": {"aggregated": 2}}, {"a": S}),
+]
+
+
+@pytest.mark.parametrize(("budget", "asks", "granted", "reasons"), [c[1:] for c in WAKES], ids=[c[0] for c in WAKES])
+def test_a_sleeping_policy_with_held_requests_wakes_before_the_priorities(budget: int, asks: list[PolicyAsk],
+                                                                          granted: dict, reasons: dict) -> None:
+    """Rule 1b: priorities decide who grows past the smallest size that serves a request, not who serves at all
+    (behind higher priorities a sleeping model's held requests timed out at the router: 272 failed in
+    `planner bench fleet`)."""
+    fit = fit_fleet(asks, budget)
+    assert {n: dict(g) for n, g in fit.granted.items()} == granted
+    assert {n: fit.reason(n) for n in granted if fit.reason(n) is not None} == reasons
+    assert fit.used_gpus <= budget
 
 
 def test_shrinking_policies_are_applied_first() -> None:
@@ -188,7 +238,31 @@ def test_regranted_state_when_the_grant_is_a_scale_down() -> None:
     wanted = Decision(100.0, {"decode": PoolDecision(5, 1, 5.0)})
     granted = Decision(100.0, {"decode": PoolDecision(2, 1, 5.0, (P,))})
     m = regranted_state(state, wanted, granted, 100.0, pol.behavior).pool("decode")
-    assert (m.target, m.events, m.last_direction) == (2, ((100.0, -3),), -1)
+    # the step taken counts for the rate limits; the audit keeps decide()'s direction (it held: none)
+    assert (m.target, m.events, m.last_direction, m.direction_changes) == (2, ((100.0, -3),), 0, ())
+
+
+def test_a_fleet_clamp_and_its_undo_are_not_the_pools_flap() -> None:
+    """A priority-10 decode pool last scaled up, clamped 2 -> 1 for a tick (a wake took its GPUs) and given its 2
+    back: a later one-replica scale-down it decides is applied, not held by the flap guard for the audit's hour
+    (which held 2 GPUs for 45 minutes in `planner bench fleet`)."""
+    pol = policy()
+    rules, spec = pol.behavior, pol.pool("decode")
+    state = PlannerState(600.0, {"decode": PoolMemory(2, (), (), (), 1)})  # scaled up to 2 before: last direction up
+    two = Decision(660.0, {"decode": PoolDecision(2, 2, 2.0)})
+    state = regranted_state(state, two, Decision(660.0, {"decode": PoolDecision(1, 2, 2.0, (W,))}), 660.0, rules)
+    memory = state.pool("decode")
+    assert memory.target == 1 and memory.direction_changes == () and memory.last_direction == 1
+    # next tick decide() asks for 2 again (an up, the pool's own direction): still no reversal
+    memory = behave(2, 1, memory, 690.0, rules, spec).memory
+    memory = commit(memory, 1, 2, 690.0, rules)
+    assert memory.direction_changes == ()
+    # past the scale-down window, the load drops: 2 -> 1 is applied
+    late = 690.0 + rules.scale_down.stabilization_window_s + 60.0
+    assert behave(1, 2, memory, late, rules, spec).replicas == 1
+    # as it was before: the clamp audited as a reversal, the same scale-down is held as a flap
+    flapped = replace(memory, direction_changes=(660.0, 690.0))
+    assert behave(1, 2, flapped, late, rules, spec).replicas == 2
 
 
 def test_fit_result_summary_fields() -> None:

@@ -96,9 +96,9 @@ def model_trace(m: FleetModel, traces_dir: Path, length_s: float, seed: int, per
 
 
 def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus: int | None = None,
-                seed: int = 0, zero: bool = True) -> tuple[Fleet, dict[str, RequestTrace]]:
+                seed: int = 0, zero: bool = True, idle_s: float = IDLE_S) -> tuple[Fleet, dict[str, RequestTrace]]:
     """The fleet and its traces (one per model); ``zero``: the sparse models scale to zero (min_replicas 0,
-    after ``IDLE_S`` without a request) between their busy windows."""
+    after ``idle_s`` without a request) between their busy windows."""
     folder = traces_dir or default_traces_dir()
     if folder is None or not all((folder / f).exists() for f in (CONV, CODE)):
         raise UserError(f"traces: {CONV} and {CODE} are needed under {folder or 'profiles/traces'}; pass the folder "
@@ -116,7 +116,7 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
         profile = code if m.code and code is not None else shipped
         own = policy.model_copy(update={"name": m.name})
         if m.busy_phase is not None and zero:  # sparse models sleep between their busy windows
-            own = type(policy).model_validate({**own.model_dump(by_alias=True), "scale_to_zero_after_s": IDLE_S,
+            own = type(policy).model_validate({**own.model_dump(by_alias=True), "scale_to_zero_after_s": idle_s,
                                                "pools": {p: {**own.pool(p).model_dump(by_alias=True), "min_replicas": 0}
                                                          for p in own.pool_names()}})
         members.append(FleetMember(own, profile, m.priority, EXAMPLE_POLICY))

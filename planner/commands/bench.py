@@ -278,6 +278,8 @@ def bench_fleet_cmd(
     seed: Annotated[int, typer.Option(help="seed of the models' trace draws")] = 0,
     zero: Annotated[bool, typer.Option("--zero/--no-zero", help="the sparse models scale to zero between their "
                                        "busy windows (min_replicas 0)")] = True,
+    idle_s: Annotated[float | None, typer.Option("--idle-s", min=0.0, help="the sparse models' idle window "
+                                                 "(scale_to_zero_after_s) in seconds (default 180)")] = None,
 ) -> None:
     """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones): per model
     attainment and GPU-hours, the fleet's GPU-hours and peak against its budget, against the same planners
@@ -285,13 +287,13 @@ def bench_fleet_cmd(
     import json
     import time
 
-    from planner.bench.fleet import MODELS, QUICK_WARMUP_S, WARMUP_S, bench_fleet
+    from planner.bench.fleet import IDLE_S, MODELS, QUICK_WARMUP_S, WARMUP_S, bench_fleet
     from planner.commands.progress import phase_progress
     from planner.sim.evaluate.fleet_backtest import fleet_markdown, run_fleet_backtest
 
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
-    fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero)
+    fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero, IDLE_S if idle_s is None else idle_s)
     console = Console()
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
@@ -302,7 +304,7 @@ def bench_fleet_cmd(
                                  "burst": m.burst, "code_profile": m.code} for m in MODELS}
     report["command"] = " ".join(["planner bench fleet", *(["--quick"] if quick else []),
                                   *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
-                                  *([] if zero else ["--no-zero"])])
+                                  *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else [])])
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))

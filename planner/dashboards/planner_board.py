@@ -188,8 +188,9 @@ def _fleet() -> Row:
         Panel("Clamped by the fleet", (
             Query(sel(M.fleet_clamp), "{{reason}} {{policy}}", needs="fleet"),
         ), width=6, description="1 while the fleet grants a policy fewer GPUs than it decided: fleet_priority "
-                                "(a higher priority took them) or fleet_share (its own priority asks for more "
-                                "than there is)."),
+                                "(a higher priority took them), fleet_wake (a lower priority woken from zero for "
+                                "requests held at the router took them) or fleet_share (its own priority asks "
+                                "for more than there is)."),
     ))
 
 

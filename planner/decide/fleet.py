@@ -6,6 +6,13 @@ Pure: no I/O, no clock. Each tick every policy of the fleet decides as it would 
 1. Floors first, always: every pool keeps ``min_replicas`` (a fleet whose floors exceed its budget is refused
    when it is loaded), and a pool whose decision held for missing data keeps what it holds (missing data
    never takes GPUs away).
+1b. Wakes next: a policy that sleeps (its pools at zero together) with traffic that nothing else serves (its
+   first step priced as an unbounded queue: requests held at the router, or a load it was sized for) gets that
+   first step, one replica per pool, before any priority level grows, highest priority first while they fit.
+   Priorities decide who grows past the smallest size that serves a request, not who serves at all: behind
+   higher priorities a sleeping model's held requests waited past the router's timeout (`planner bench fleet`:
+   272 failed while the burst bound the budget), and a woken one was put back to zero while it had traffic.
+   A higher-priority policy that lost GPUs to a wake carries ``fleet_wake``.
 2. Priorities, highest first: a policy keeps its SLA-sized replicas (what its decision asked for) before any
    policy of lower priority gets a GPU above its floors.
 3. Within a policy, GPUs go to the binding pool: a policy grows one *step* of its SLA frontier at a time,
@@ -30,7 +37,8 @@ Pure: no I/O, no clock. Each tick every policy of the fleet decides as it would 
 
 Every pool granted fewer replicas than it asked for carries a Reason: ``fleet_priority`` when its level's
 asks would have fitted had the higher levels stayed at their floors (a higher-priority policy took the
-GPUs), ``fleet_share`` otherwise (its own level asks for more than there is).
+GPUs), ``fleet_wake`` when they would have fitted but for lower-priority policies' wakes (rule 1b),
+``fleet_share`` otherwise (its own level asks for more than there is).
 """
 
 from __future__ import annotations
@@ -153,27 +161,52 @@ class FleetFit:
 def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
     """Every ask within ``max_gpus`` (see the module's rules); unchanged where the sum fits."""
     ask = {(a.name, pool): p for a in asks for pool, p in a.pools.items()}
+    priority = {a.name: a.priority for a in asks}
     granted = {a.name: {pool: p.floor for pool, p in a.pools.items()} for a in asks}
     reasons: dict[str, dict[str, tuple[Reason, ...]]] = {}
     if sum(a.wanted_gpus for a in asks) <= max_gpus:
         granted = {a.name: {pool: p.wanted for pool, p in a.pools.items()} for a in asks}
     else:
         floors_gpus = sum(p.floor * p.gpus_per_replica for p in ask.values())
-        left = max_gpus - floors_gpus
+        woken = _wake(asks, granted, max_gpus - floors_gpus)
+        left = max_gpus - floors_gpus - sum(woken.values())
         for level in sorted({a.priority for a in asks}, reverse=True):
             members = sorted((a for a in asks if a.priority == level), key=lambda a: a.name)
-            need = sum((p.wanted - p.floor) * p.gpus_per_replica for a in members for p in a.pools.values())
-            lost_to_higher = need <= max_gpus - floors_gpus
+            need = sum((p.wanted - granted[a.name][pool]) * p.gpus_per_replica
+                       for a in members for pool, p in a.pools.items())
+            # Had the higher levels stayed at their floors, this level would have had ``free`` (its own wakes are
+            # in its grant already), ``below`` of it taken by lower priorities' wakes.
+            below = sum(g for n, g in woken.items() if priority[n] < level)
+            free = max_gpus - floors_gpus - sum(g for n, g in woken.items() if priority[n] == level)
             left = _share(members, granted, left)
             for a in members:
                 for pool, p in a.pools.items():
                     if granted[a.name][pool] < p.wanted:
-                        why = Reason.FLEET_PRIORITY if lost_to_higher else Reason.FLEET_SHARE
+                        why = (Reason.FLEET_PRIORITY if need <= free - below else
+                               Reason.FLEET_WAKE if need <= free else Reason.FLEET_SHARE)
                         reasons.setdefault(a.name, {})[pool] = (why,)
     out = {a.name: dict(granted[a.name]) for a in asks}  # a decision may name no pool (nothing known)
     granted_gpus = {a.name: sum(out[a.name][p] * a.pools[p].gpus_per_replica for p in a.pools) for a in asks}
     return FleetFit(max_gpus, out, {a.name: a.wanted_gpus for a in asks}, granted_gpus, reasons,
                     _order(asks, granted_gpus))
+
+
+def _wake(asks: Sequence[PolicyAsk], granted: dict[str, dict[str, int]], left: int) -> dict[str, int]:
+    """Rule 1b: every sleeping policy with traffic nothing else serves gets its first step (every pool at one
+    replica), highest priority first, then by name, while it fits in ``left``; returns the GPUs each woke with."""
+    woken: dict[str, int] = {}
+    for a in sorted(asks, key=lambda a: (-a.priority, a.name)):
+        mine = granted[a.name]
+        if not a.together or any(mine.values()) or a.pressure(mine) < _INF_COST:
+            continue
+        step = a.next_step(mine)
+        gpus = sum(a.pools[p].gpus_per_replica for p in step)
+        if set(step) != set(a.pools) or gpus > left:
+            continue  # a policy is never woken half; one that does not fit waits for the priorities
+        for pool in step:
+            mine[pool] += 1
+        woken[a.name], left = gpus, left - gpus
+    return woken
 
 
 def _share(members: Sequence[PolicyAsk], granted: dict[str, dict[str, int]], left: int) -> int:
@@ -242,7 +275,8 @@ def granted_decision(decision: Decision, granted: Mapping[str, int],
 def regranted_state(state: PlannerState, decided: Decision, granted: Decision, now_s: float,
                     rules: Behavior) -> PlannerState:
     """The decision state remembering the granted replicas instead of the ones ``decide`` committed: the
-    next tick's behaviour rules (rate limits, scale events) start from what the pools were given."""
+    next tick's behaviour rules (rate limits, scale events) start from what the pools were given; the
+    direction audit (the flap guard's) keeps the direction ``decide`` chose."""
     for pool, wanted in decided.targets().items():
         gave = granted.pools[pool].replicas if pool in granted.pools else wanted
         if gave == wanted:
@@ -252,7 +286,14 @@ def regranted_state(state: PlannerState, decided: Decision, granted: Decision, n
         current = wanted - step
         undone = replace(memory, events=tuple(e for e in memory.events if e[0] != now_s),
                          direction_changes=tuple(t for t in memory.direction_changes if t != now_s))
-        state = state.with_pool(pool, commit(undone, current, gave, now_s, rules))
+        # The grant's step counts for the rate limits (events), but the direction audit keeps what decide()
+        # committed: a clamp and its undo are the fleet's, not the pool's flaps. Audited, one clamp of a
+        # priority-10 pool (decode 2 -> 1 for a wake, back to 2 next tick) made its later one-replica
+        # scale-down a "flap" held for the audit's hour: 2 GPUs for 45 minutes (`planner bench fleet`).
+        audit = commit(undone, current, wanted, now_s, rules)
+        given = commit(undone, current, gave, now_s, rules)
+        state = state.with_pool(pool, replace(given, direction_changes=audit.direction_changes,
+                                              last_direction=audit.last_direction))
     return state
 
 

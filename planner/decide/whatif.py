@@ -57,7 +57,7 @@ class SlaMiss:
     target_ms: float
     replicas: int
     needed: int  # replicas the SLA model asked for
-    capped_by: str  # "ceiling" | "budget" | "fleet_priority" | "fleet_share"
+    capped_by: str  # "ceiling" | "budget" | "fleet_priority" | "fleet_wake" | "fleet_share"
 
     def describe(self, policy: Policy) -> str:
         predicted = ("unbounded: queue grows" if self.predicted_ms is None
@@ -76,7 +76,8 @@ def sla_misses(policy: Policy, decision: Decision) -> list[SlaMiss]:
     mode = policy.mode
     misses = []
     for name, pd in decision.pools.items():
-        cap = next((r for r in (Reason.BUDGET, Reason.CEILING, Reason.FLEET_PRIORITY, Reason.FLEET_SHARE)
+        cap = next((r for r in (Reason.BUDGET, Reason.CEILING, Reason.FLEET_PRIORITY, Reason.FLEET_WAKE,
+                                 Reason.FLEET_SHARE)
                     if r in pd.reasons), None)
         if cap is None or pd.replicas >= math.ceil(pd.desired_unclamped - 1e-9):
             continue

@@ -72,7 +72,8 @@ class FleetPolicy(BaseModel):
     granted_gpus: int = Field(description="GPUs the fleet granted it")
     wanted: dict[str, int]
     granted: dict[str, int]
-    reason: str | None = Field(description="fleet_priority or fleet_share when it got less; null otherwise")
+    reason: str | None = Field(description="fleet_priority, fleet_wake or fleet_share when it got less; null "
+                                                 "otherwise")
 
 
 class FleetResponse(BaseModel):

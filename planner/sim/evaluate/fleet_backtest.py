@@ -100,6 +100,7 @@ def _policies(fleet: Fleet, run: FleetReplay, traces: Mapping[str, RequestTrace]
         s["priority"] = m.priority
         s["sla_met"] = _met(s, m.policy.sla.percentile)
         s["clamped_ticks"] = run.clamped_ticks[m.name]
+        s["clamped_by"] = dict(sorted((run.clamped_by or {}).get(m.name, {}).items()))  # reason -> ticks
         s.update(_where_gpus_go(run, m.name))
         cold = run.cold_ttft_ms(m.name, m.policy.startup_s if startup_s is None else startup_s)
         wakes = [w for _, w in (run.asleep or {}).get(m.name, []) if w >= run.score_from_s]
@@ -237,6 +238,12 @@ def _draining_note(f: dict) -> str:
     return f" ({serving:g} not draining)" if serving is not None and serving < f["max_gpus_used"] else ""
 
 
+def _clamps(p: dict) -> str:
+    """Clamped ticks, with the fleet's reasons when there were any: "6 (fleet_wake 6)"."""
+    by = p.get("clamped_by") or {}
+    return f"{p['clamped_ticks']}" + (f" ({', '.join(f'{r} {n}' for r, n in by.items())})" if by else "")
+
+
 def fleet_markdown(report: dict) -> str:
     f = report["fleet"]
     lines = ["# Fleet backtest", "",
@@ -250,7 +257,7 @@ def fleet_markdown(report: dict) -> str:
     for name, p in report["policies"].items():
         att = p["attainment_joint"]
         lines.append(f"| {name} | {p['priority']} | {p['requests']} | {'-' if att is None else f'{att:.2%}'} | "
-                     f"{_yes(p['sla_met'])} | {p['gpu_hours']:.2f} | {p['clamped_ticks']} | "
+                     f"{_yes(p['sla_met'])} | {p['gpu_hours']:.2f} | {_clamps(p)} | "
                      f"{p['failed_requests']} | {p['cold_starts']['wakes']} | "
                      f"{'-' if p['cold_starts']['ttft_ms_p95'] is None else p['cold_starts']['ttft_ms_p95']} |")
     comp = report.get("comparisons")

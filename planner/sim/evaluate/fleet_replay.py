@@ -55,6 +55,7 @@ class FleetReplay:
     cold_starts: int  # policies woken from zero replicas (every pool at zero, then one with a replica)
     score_from_s: float = 0.0  # the warm-up before it is not scored (nor counted above)
     asleep: dict[str, list[tuple[float, float]]] | None = None  # per policy (went to zero at, woke at) each time
+    clamped_by: dict[str, dict[str, int]] | None = None  # per policy, its clamped ticks by the fleet's reason
 
     def cold_ttft_ms(self, name: str, startup_s: float) -> list[float]:
         """TTFTs (ms; failed requests as inf) of the requests that met a cold start: those that arrived while the
@@ -144,7 +145,7 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
     replays = {n: finished_replay(n, c, actuators[n], timelines[n], book.targets[n], book.decisions[n], traces[n],
                                   warmup_s) for n, c in clusters.items()}
     return FleetReplay("fleet" if shared else "unshared", budget if shared else None, replays, fleet_rows,
-                       book.ticks, book.clamped, book.starts, book.cold, warmup_s, book.asleep)
+                       book.ticks, book.clamped, book.starts, book.cold, warmup_s, book.asleep, book.clamped_by)
 
 
 class _Ledger:
@@ -158,6 +159,7 @@ class _Ledger:
         self.targets: dict[str, list[tuple[float, dict[str, int]]]] = {n: [] for n in initial}
         self.ticks: list[dict] = []
         self.clamped = dict.fromkeys(initial, 0)
+        self.clamped_by: dict[str, dict[str, int]] = {n: {} for n in initial}
         self.starts, self.cold = 0, 0
         self.asleep: dict[str, list[tuple[float, float]]] = {n: [] for n in initial}
         self.slept_at: dict[str, float | None] = {n: (0.0 if not any(v > 0 for v in initial[n].values()) else None)
@@ -181,7 +183,10 @@ class _Ledger:
             self.granted[name] = {**self.granted[name], **new}
             self.decisions[name].append(d)
             self.targets[name].append((t, dict(new)))
-            self.clamped[name] += int(tick.fit.reason(name) is not None and scored)
+            why = tick.fit.reason(name)
+            if why is not None and scored:
+                self.clamped[name] += 1
+                self.clamped_by[name][why.value] = self.clamped_by[name].get(why.value, 0) + 1
         if tick.fit.binds and scored:
             self.ticks.append(tick.summary())
 
