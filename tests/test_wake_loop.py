@@ -242,3 +242,47 @@ def test_a_fleet_does_not_grant_the_gpus_of_replicas_still_draining(tmp_path: Pa
         granted[drained] = tick.fit.used_gpus
         assert granted[drained] + fleet_loop.draining_gpus() <= 24
     assert granted[1] < granted[0]
+
+
+class LoadedOrAsleep(Loaded):
+    """Loaded while its actuator runs replicas; no series at all once it is at zero (as Prometheus, live)."""
+
+    def read(self, window_s: float, now_s: float) -> Observation | NoData:
+        if not any(self.actuator.current.values()):
+            return NoData(NoDataReason.EMPTY, "no series", now_s)
+        return super().read(window_s, now_s)
+
+
+def test_a_fleet_wakes_a_sleeping_policy_ahead_of_a_higher_priority_that_wants_the_budget(tmp_path: Path) -> None:
+    """`planner run --fleet`: a priority-0 policy at zero with requests held at the router gets its smallest size
+    (one replica per pool) although the priority-10 policy asks for the whole budget (24 GPUs); the latter carries
+    fleet_wake for the GPUs it lost (before, the sleeping policy stayed at zero and its held requests timed out)."""
+    from planner.fleet_file import load_fleet
+    from planner.service.fleet_loop import FleetLoop
+    from tests.support.fleet_support import member, write_fleet
+
+    zero = {"pools": {"prefill": {"min_replicas": 0}, "decode": {"min_replicas": 0}}, "scale_to_zero_after_s": 60,
+            "forecast": {"model": "last-value"}, "actuator": {"kind": "dry-run"}}
+    fleet = load_fleet(write_fleet(tmp_path, [member("sleepy", 0, **zero),
+                                              member("busy", 10, forecast={"model": "last-value"},
+                                                     actuator={"kind": "dry-run"})], max_gpus=24))
+    clock = FakeClock(1_700_000_000.0)
+    actuators = {"sleepy": RecordingActuator({"prefill": 0, "decode": 0}),
+                 "busy": RecordingActuator({"prefill": 4, "decode": 2})}
+    sources = {"sleepy": LoadedOrAsleep(2.0, actuators["sleepy"]), "busy": Loaded(120.0, actuators["busy"])}
+    loops = [ControlLoop(m.policy, make_planner_controller(m.policy, m.profile), sources[m.name], actuators[m.name],
+                         PlannerMetrics(), clock) for m in fleet.members]
+    fleet_loop = FleetLoop(fleet, loops)
+    for _ in range(3):  # busy asks for the whole budget and gets it; sleepy sleeps, unasked
+        fleet_loop.tick()
+        clock.advance(30)
+    tick = fleet_loop.last
+    assert tick is not None and tick.fit.granted_gpus == {"busy": 24, "sleepy": 0}
+    assert actuators["sleepy"].current == {"prefill": 0, "decode": 0}
+    before = tick.fit.granted_gpus["busy"]
+    assert fleet_loop.loops["sleepy"].wake(3) is True  # the router holds 3 requests for it
+    fleet_loop.tick()
+    tick = fleet_loop.last
+    assert actuators["sleepy"].current == {"prefill": 1, "decode": 1}
+    assert tick.fit.reason("busy") is Reason.FLEET_WAKE and tick.fit.granted_gpus["busy"] < before
+    assert tick.fit.used_gpus <= 24
