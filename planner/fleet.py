@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner.config import Policy
 from planner.controller import PlannerController
-from planner.decide.fleet import FleetFit, PolicyAsk, PoolAsk, fit_fleet, granted_decision, regranted_state
+from planner.decide.fleet import (
+    FleetFit,
+    PolicyAsk,
+    PoolAsk,
+    fit_fleet,
+    granted_decision,
+    regranted_state,
+    wake_clock,
+    wake_first,
+)
 from planner.decide.outlook import Outlook, outlook
 from planner.decide.spec import DeciderSpec
 from planner.decide.state import PlannerState
 from planner.decide.whatif import plan, what_if_inputs, what_if_policy
-from planner.fleet_file import Fleet
+from planner.fleet_file import Fleet, FleetBudget
 from planner.types import Decision, NoData, Observation, Pool, Reason
 
 
@@ -31,6 +40,7 @@ class FleetTick:
     granted: Mapping[str, Decision]  # what the fleet gives it (the decisions to apply)
     fit: FleetFit
     held: frozenset[str] = frozenset()  # policies that did not decide this tick: they keep what they have
+    wake_since: Mapping[str, float] = field(default_factory=dict)  # rule 1b's clock (decide/fleet.py wake_clock)
 
     def applied(self) -> list[str]:
         """The policies whose grant is to be applied, in the stage's order (those giving GPUs back first)."""
@@ -79,7 +89,7 @@ class FleetPlanner:
         looks = lambda: {n: (outlook(c.spec, observations[n], c.last_forecast, before[n], now_s)  # noqa: E731
                              if n not in held else None) for n, c in self.controllers.items()}
         tick = fit_decisions(self.max_gpus - draining_gpus, policies, self.priority, wanted, before, looks, now_s,
-                             held)
+                             held, self.fleet.budget, self.last.wake_since if self.last is not None else {})
         for name, decision in tick.granted.items():
             if decision is not wanted[name]:
                 controller = self.controllers[name]
@@ -92,15 +102,19 @@ class FleetPlanner:
 def fit_decisions(max_gpus: int, policies: Mapping[str, Policy], priority: Mapping[str, int],
                   wanted: Mapping[str, Decision], before: Mapping[str, PlannerState],
                   looks: Callable[[], Mapping[str, Outlook | None]], now_s: float,
-                  held: set[str] | frozenset[str] = frozenset()) -> FleetTick:
+                  held: set[str] | frozenset[str] = frozenset(), budget: FleetBudget | None = None,
+                  wake_since: Mapping[str, float] | None = None) -> FleetTick:
     """The fleet stage on one tick's decisions; ``looks`` is asked only when the budget binds; ``held``:
-    policies that keep what they have this tick (nothing can be applied to them)."""
+    policies that keep what they have this tick (nothing can be applied to them); ``budget``: fleet.yaml's, for
+    its wake rule (None: wakes at once); ``wake_since``: the previous tick's rule 1b clock."""
     asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n], held=n in held) for n in wanted]
     outlooks: Mapping[str, Outlook | None] = {}
     if sum(a.wanted_gpus for a in asks) > max_gpus:
         outlooks = looks()
         asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n], outlooks[n], n in held) for n in wanted]
-    fit = fit_fleet(asks, max_gpus)
+    since = wake_clock(asks, wake_since or {}, held, now_s)
+    after_s = 0.0 if budget is None else budget.wake_after_s if budget.wake_first else None
+    fit = fit_fleet(asks, max_gpus, wake_first(asks, since, now_s, after_s))
     granted: dict[str, Decision] = {}
     for name in fit.order:
         decision = wanted[name]
@@ -112,7 +126,7 @@ def fit_decisions(max_gpus: int, policies: Mapping[str, Policy], priority: Mappi
                      if look is not None else None)
         granted[name] = granted_decision(decision, fit.granted[name], fit.reasons.get(name, {}), predicted,
                                          policies[name].mode)
-    return FleetTick(now_s, dict(wanted), granted, fit, frozenset(held))
+    return FleetTick(now_s, dict(wanted), granted, fit, frozenset(held), since)
 
 
 def policy_ask(name: str, priority: int, policy: Policy, decision: Decision, before: PlannerState,
@@ -161,4 +175,5 @@ def plan_fleet(fleet: Fleet, loads: Mapping[str, tuple[float, float, float]]) ->
         obs, forecast = what_if_inputs(policies[m.name], rate, isl, osl)
         looks[m.name] = outlook(spec, obs, forecast, None, 0.0)
     return fit_decisions(fleet.max_gpus, policies, {m.name: m.priority for m in fleet.members}, wanted,
-                         {n: PlannerState() for n in wanted}, lambda: looks, 0.0)
+                         {n: PlannerState() for n in wanted}, lambda: looks, 0.0, budget=fleet.budget,
+                         wake_since=dict.fromkeys(wanted, -math.inf))  # a what-if's load has been there all along

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from planner.errors import UserError
-from planner.fleet_file import load_fleet
+from planner.fleet_file import FleetBudget, load_fleet
 from tests.support.fleet_support import member, write_fleet
 
 
@@ -19,6 +19,9 @@ def test_a_fleet_loads_with_priorities_prices_and_floors(tmp_path: Path) -> None
     assert [m.priority for m in fleet.members] == [10, 0]
     assert fleet.member("chat").floor_gpus > 0  # 1 prefill + 1 decode replica at the profile's GPUs each
     assert fleet.cost_per_gpu_hour("batch") == 3.5 and fleet.interval_s == 30.0
+    assert fleet.budget.wake_first  # the default: a sleeping policy's wake comes before the priorities
+    strict = load_fleet(_edit(path, budget={"max_gpus": 16, "wake_first": False}))
+    assert strict.budget.wake_first is False
 
 
 def _edit(path: Path, **top: object) -> Path:
@@ -45,6 +48,8 @@ BAD = [
      "policies' floors"),
     ("not a mapping", lambda p: p.write_text("- a\n") and p, "must be a YAML mapping"),
     ("not YAML", lambda p: p.write_text("budget: [\n") and p, "not valid YAML"),
+    ("wake_first not a boolean", lambda p: _edit(p, budget={"max_gpus": 64, "wake_first": "sometimes"}),
+     "key 'budget.wake_first'"),
 ]
 
 
@@ -86,3 +91,4 @@ def test_the_shipped_example_fleet_loads() -> None:
     fleet = load_fleet(Path(__file__).resolve().parents[1] / "fleets" / "example.yaml")
     assert len(fleet.members) == 3 and fleet.max_gpus >= sum(m.floor_gpus for m in fleet.members)
     assert sorted(m.priority for m in fleet.members) == [0, 5, 10]
+    assert fleet.budget == FleetBudget(max_gpus=fleet.max_gpus, gpu_cost_per_hour={"h200": 3.5})  # defaults shown

@@ -8,7 +8,16 @@ from dataclasses import replace
 import pytest
 
 from planner.decide.behavior import behave, commit
-from planner.decide.fleet import FleetFit, PolicyAsk, PoolAsk, fit_fleet, granted_decision, regranted_state
+from planner.decide.fleet import (
+    FleetFit,
+    PolicyAsk,
+    PoolAsk,
+    fit_fleet,
+    granted_decision,
+    regranted_state,
+    wake_clock,
+    wake_first,
+)
 from planner.decide.state import PlannerState, PoolMemory
 from planner.types import Decision, PoolDecision, Reason
 from tests.support.decide_support import policy
@@ -189,6 +198,44 @@ def test_a_sleeping_policy_with_held_requests_wakes_before_the_priorities(budget
     assert {n: dict(g) for n, g in fit.granted.items()} == granted
     assert {n: fit.reason(n) for n in granted if fit.reason(n) is not None} == reasons
     assert fit.used_gpus <= budget
+
+
+def test_without_wake_first_a_wake_waits_for_its_priority() -> None:
+    """No policy allowed first (fleet.yaml ``budget.wake_first: false``, or its wake_after_s not yet passed): the
+    first row of the table above as strict priority has it."""
+    asks = [ask("hi", 10, agg(10)), sleeper("lo", 0)]
+    fit = fit_fleet(asks, 10, first=frozenset())
+    assert {n: dict(g) for n, g in fit.granted.items()} == {"hi": {"aggregated": 10}, "lo": {"prefill": 0, "decode": 0}}
+    assert fit.reason("lo") is P and fit.reason("hi") is None
+    room = fit_fleet([ask("hi", 10, agg(7)), sleeper("lo", 0)], 10, first=frozenset())  # room left: it wakes
+    assert dict(room.granted["lo"]) == {"prefill": 1, "decode": 1}
+
+
+def _asleep(name: str, first: float = math.inf, current: int | None = 0) -> PolicyAsk:
+    return PolicyAsk(name, 0, {"prefill": PoolAsk(2, 1, 0, (first, 1.5), current),
+                               "decode": PoolAsk(1, 2, 0, (first,), current)}, together=True)
+
+
+@pytest.mark.parametrize(("ask_", "previous", "held", "expected"), [
+    (_asleep("z"), {}, (), 100.0),  # asleep with traffic: its clock starts now
+    (_asleep("z"), {"z": 40.0}, (), 40.0),  # and runs on
+    (_asleep("z", current=1), {"z": 40.0}, (), 40.0),  # awake with traffic: still running (not put back to zero)
+    (_asleep("z", current=1), {}, (), None),  # awake before it had traffic to wait: nothing waited
+    (_asleep("z", current=None), {}, (), 100.0),  # none known: counted as asleep
+    (_asleep("z", first=1.0), {"z": 40.0}, (), None),  # no traffic (an idle window's replicas): stopped
+    (_asleep("z", first=1.0), {"z": 40.0}, ("z",), 40.0),  # held on another's wake tick: kept as it was
+    (PolicyAsk("a", 0, {"aggregated": PoolAsk(2, 1, 0, (math.inf, 1.0), 0)}), {}, (), None),  # does not sleep
+])
+def test_the_wake_clock(ask_: PolicyAsk, previous: dict, held: tuple, expected: float | None) -> None:
+    assert wake_clock([ask_], previous, held, 100.0).get(ask_.name) == expected
+
+
+def test_wake_first_after_the_policys_wait() -> None:
+    asks = [_asleep("a"), _asleep("b"), _asleep("c"), _asleep("d", current=1), _asleep("e")]
+    since = {"a": 0.0, "b": 70.0, "c": 100.0, "d": 90.0}
+    assert wake_first(asks, since, 100.0, 0.0) == {"a", "b", "c", "d"}  # at once (the default)
+    assert wake_first(asks, since, 100.0, 60.0) == {"a", "d"}  # a waited 100 s, b only 30 s; d is awake already
+    assert wake_first(asks, since, 100.0, None) == frozenset()  # wake_first: false
 
 
 def test_shrinking_policies_are_applied_first() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -253,10 +254,14 @@ class LoadedOrAsleep(Loaded):
         return super().read(window_s, now_s)
 
 
-def test_a_fleet_wakes_a_sleeping_policy_ahead_of_a_higher_priority_that_wants_the_budget(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("wake_first", "after_s"), [(True, 0.0), (False, 0.0), (True, 60.0)])
+def test_a_fleet_wakes_a_sleeping_policy_ahead_of_a_higher_priority_that_wants_the_budget(
+        tmp_path: Path, wake_first: bool, after_s: float) -> None:
     """`planner run --fleet`: a priority-0 policy at zero with requests held at the router gets its smallest size
     (one replica per pool) although the priority-10 policy asks for the whole budget (24 GPUs); the latter carries
-    fleet_wake for the GPUs it lost (before, the sleeping policy stayed at zero and its held requests timed out)."""
+    fleet_wake for the GPUs it lost (before, the sleeping policy stayed at zero and its held requests timed out).
+    With fleet.yaml's ``budget.wake_first: false`` strict priority keeps it asleep; with ``wake_after_s: 60`` it
+    waits for its priority for 60 s (two ticks, the router repeating its signal), then wakes first."""
     from planner.fleet_file import load_fleet
     from planner.service.fleet_loop import FleetLoop
     from tests.support.fleet_support import member, write_fleet
@@ -266,6 +271,7 @@ def test_a_fleet_wakes_a_sleeping_policy_ahead_of_a_higher_priority_that_wants_t
     fleet = load_fleet(write_fleet(tmp_path, [member("sleepy", 0, **zero),
                                               member("busy", 10, forecast={"model": "last-value"},
                                                      actuator={"kind": "dry-run"})], max_gpus=24))
+    fleet = replace(fleet, budget=fleet.budget.model_copy(update={"wake_first": wake_first, "wake_after_s": after_s}))
     clock = FakeClock(1_700_000_000.0)
     actuators = {"sleepy": RecordingActuator({"prefill": 0, "decode": 0}),
                  "busy": RecordingActuator({"prefill": 4, "decode": 2})}
@@ -283,6 +289,18 @@ def test_a_fleet_wakes_a_sleeping_policy_ahead_of_a_higher_priority_that_wants_t
     assert fleet_loop.loops["sleepy"].wake(3) is True  # the router holds 3 requests for it
     fleet_loop.tick()
     tick = fleet_loop.last
+    if after_s > 0:
+        for waited in range(int(after_s // 30)):  # waiting for its priority, the router repeating its signal
+            assert tick is not None and actuators["sleepy"].current == {"prefill": 0, "decode": 0}
+            assert tick.wake_since == {"sleepy": tick.at_s - waited * 30.0} and tick.fit.reason("busy") is None
+            clock.advance(30)
+            assert fleet_loop.loops["sleepy"].wake(3) is True
+            fleet_loop.tick()
+            tick = fleet_loop.last
+    assert tick.fit.used_gpus <= 24
+    if not wake_first:
+        assert actuators["sleepy"].current == {"prefill": 0, "decode": 0} and tick.fit.reason("busy") is None
+        assert tick.fit.reason("sleepy") is Reason.FLEET_PRIORITY
+        return
     assert actuators["sleepy"].current == {"prefill": 1, "decode": 1}
     assert tick.fit.reason("busy") is Reason.FLEET_WAKE and tick.fit.granted_gpus["busy"] < before
-    assert tick.fit.used_gpus <= 24

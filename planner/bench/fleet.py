@@ -96,7 +96,8 @@ def model_trace(m: FleetModel, traces_dir: Path, length_s: float, seed: int, per
 
 
 def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus: int | None = None,
-                seed: int = 0, zero: bool = True, idle_s: float = IDLE_S) -> tuple[Fleet, dict[str, RequestTrace]]:
+                seed: int = 0, zero: bool = True, idle_s: float = IDLE_S,
+                wake_first: bool = True, wake_after_s: float | None = None) -> tuple[Fleet, dict[str, RequestTrace]]:
     """The fleet and its traces (one per model); ``zero``: the sparse models scale to zero (min_replicas 0,
     after ``idle_s`` without a request) between their busy windows."""
     folder = traces_dir or default_traces_dir()
@@ -125,5 +126,7 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
     budget_gpus = default_budget(zero) if budget_gpus is None else budget_gpus
     if budget_gpus < floors:
         raise UserError(f"budget_gpus: {budget_gpus} is below the models' floors ({floors} GPUs)", key="budget_gpus")
-    return Fleet("bench fleet", FleetBudget(max_gpus=budget_gpus, gpu_cost_per_hour={"h200": 3.5}),
+    budget = FleetBudget(max_gpus=budget_gpus, gpu_cost_per_hour={"h200": 3.5}, wake_first=wake_first,
+                         **({} if wake_after_s is None else {"wake_after_s": wake_after_s}))
+    return Fleet("bench fleet", budget,
                  tuple(members)), traces

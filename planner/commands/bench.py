@@ -280,6 +280,12 @@ def bench_fleet_cmd(
                                        "busy windows (min_replicas 0)")] = True,
     idle_s: Annotated[float | None, typer.Option("--idle-s", min=0.0, help="the sparse models' idle window "
                                                  "(scale_to_zero_after_s) in seconds (default 180)")] = None,
+    wake_first: Annotated[bool, typer.Option("--wake-first/--no-wake-first", help="fleet.yaml's budget.wake_first: "
+                                             "a sleeping model with held requests wakes before any priority grows")
+                          ] = True,
+    wake_after_s: Annotated[float | None, typer.Option("--wake-after-s", min=0.0, max=3600.0, help="fleet.yaml's "
+                                                       "budget.wake_after_s: how long a sleeping model's traffic "
+                                                       "waits for its priority before it wakes first (default 120)")] = None,
 ) -> None:
     """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones): per model
     attainment and GPU-hours, the fleet's GPU-hours and peak against its budget, against the same planners
@@ -293,7 +299,8 @@ def bench_fleet_cmd(
 
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
-    fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero, IDLE_S if idle_s is None else idle_s)
+    fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero, IDLE_S if idle_s is None else idle_s,
+                                      wake_first, wake_after_s)
     console = Console()
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
@@ -304,7 +311,9 @@ def bench_fleet_cmd(
                                  "burst": m.burst, "code_profile": m.code} for m in MODELS}
     report["command"] = " ".join(["planner bench fleet", *(["--quick"] if quick else []),
                                   *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
-                                  *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else [])])
+                                  *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else []),
+                                  *([] if wake_first else ["--no-wake-first"]),
+                                  *([f"--wake-after-s {wake_after_s:g}"] if wake_after_s is not None else [])])
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))

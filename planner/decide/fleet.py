@@ -8,7 +8,9 @@ Pure: no I/O, no clock. Each tick every policy of the fleet decides as it would 
    never takes GPUs away).
 1b. Wakes next: a policy that sleeps (its pools at zero together) with traffic that nothing else serves (its
    first step priced as an unbounded queue: requests held at the router, or a load it was sized for) gets that
-   first step, one replica per pool, before any priority level grows, highest priority first while they fit.
+   first step, one replica per pool, before any priority level grows, highest priority first while they fit,
+   once that traffic has waited ``budget.wake_after_s`` for its priority (``wake_clock``; fleet.py passes the
+   policies whose wait is over as ``first``).
    Priorities decide who grows past the smallest size that serves a request, not who serves at all: behind
    higher priorities a sleeping model's held requests waited past the router's timeout (`planner bench fleet`:
    272 failed while the burst bound the budget), and a woken one was put back to zero while it had traffic.
@@ -44,7 +46,7 @@ GPUs), ``fleet_wake`` when they would have fitted but for lower-priority policie
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from planner.config import Behavior
@@ -127,6 +129,13 @@ class PolicyAsk:
         return max((a.pressure(granted[p]) for p, a in self.pools.items()), default=0.0)
 
     @property
+    def wakes(self) -> bool:
+        """It sleeps and wakes together, every pool's floor is zero, and its first step is priced as an unbounded
+        queue: traffic that nothing else serves (requests held at the router, or a load it was sized for)."""
+        return (self.together and bool(self.pools) and all(p.floor == 0 for p in self.pools.values())
+                and self.pressure({p: 0 for p in self.pools}) >= _INF_COST)
+
+    @property
     def current_gpus(self) -> int | None:
         if any(p.current is None for p in self.pools.values()):
             return None
@@ -158,8 +167,9 @@ class FleetFit:
         return Reason.FLEET_PRIORITY if Reason.FLEET_PRIORITY in found else (found[0] if found else None)
 
 
-def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
-    """Every ask within ``max_gpus`` (see the module's rules); unchanged where the sum fits."""
+def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int, first: Collection[str] | None = None) -> FleetFit:
+    """Every ask within ``max_gpus`` (see the module's rules); unchanged where the sum fits. ``first``: the
+    policies rule 1b may wake ahead of the priorities (None: every one; empty: none, strict priority)."""
     ask = {(a.name, pool): p for a in asks for pool, p in a.pools.items()}
     priority = {a.name: a.priority for a in asks}
     granted = {a.name: {pool: p.floor for pool, p in a.pools.items()} for a in asks}
@@ -168,7 +178,7 @@ def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
         granted = {a.name: {pool: p.wanted for pool, p in a.pools.items()} for a in asks}
     else:
         floors_gpus = sum(p.floor * p.gpus_per_replica for p in ask.values())
-        woken = _wake(asks, granted, max_gpus - floors_gpus)
+        woken = _wake([a for a in asks if first is None or a.name in first], granted, max_gpus - floors_gpus)
         left = max_gpus - floors_gpus - sum(woken.values())
         for level in sorted({a.priority for a in asks}, reverse=True):
             members = sorted((a for a in asks if a.priority == level), key=lambda a: a.name)
@@ -191,13 +201,41 @@ def fit_fleet(asks: Sequence[PolicyAsk], max_gpus: int) -> FleetFit:
                     _order(asks, granted_gpus))
 
 
+def wake_clock(asks: Sequence[PolicyAsk], previous: Mapping[str, float], held: Collection[str],
+               now_s: float) -> dict[str, float]:
+    """Rule 1b's clock: since when each policy that wakes (``PolicyAsk.wakes``) has had traffic, counted from a
+    tick where it was asleep (zero replicas, or none known). It runs on while the policy is awake with traffic
+    (a woken policy is not put back to zero while it has traffic) and stops when the traffic does; a policy
+    held this tick (a wake tick of another) keeps its clock."""
+    out: dict[str, float] = {}
+    for a in asks:
+        if a.name in held:
+            if a.name in previous:
+                out[a.name] = previous[a.name]
+        elif a.wakes and (a.name in previous or a.current_gpus in (0, None)):
+            out[a.name] = previous.get(a.name, now_s)
+    return out
+
+
+def wake_first(asks: Sequence[PolicyAsk], since: Mapping[str, float], now_s: float,
+               after_s: float | None) -> frozenset[str]:
+    """The policies rule 1b wakes ahead of the priorities: those whose traffic has waited ``after_s`` (fleet.yaml
+    ``budget.wake_after_s``; None: none, strict priority), and those already awake with traffic on the clock (a
+    wake the priorities granted is not taken back while its replicas start: its held requests would wait for a
+    second start)."""
+    if after_s is None:
+        return frozenset()
+    return frozenset(a.name for a in asks if a.name in since
+                     and (now_s - since[a.name] >= after_s or (a.current_gpus or 0) > 0))
+
+
 def _wake(asks: Sequence[PolicyAsk], granted: dict[str, dict[str, int]], left: int) -> dict[str, int]:
     """Rule 1b: every sleeping policy with traffic nothing else serves gets its first step (every pool at one
     replica), highest priority first, then by name, while it fits in ``left``; returns the GPUs each woke with."""
     woken: dict[str, int] = {}
     for a in sorted(asks, key=lambda a: (-a.priority, a.name)):
         mine = granted[a.name]
-        if not a.together or any(mine.values()) or a.pressure(mine) < _INF_COST:
+        if not a.wakes:
             continue
         step = a.next_step(mine)
         gpus = sum(a.pools[p].gpus_per_replica for p in step)

@@ -63,7 +63,9 @@ class FleetLoop:
         if wanted:
             policies = {n: self.loops[n].policy for n in wanted}
             tick = fit_decisions(self.fleet.max_gpus - self.draining_gpus(), policies, self.priority, wanted,
-                                 before, lambda: self._outlooks(steps, before, now_s), now_s, held=fixed)
+                                 before, lambda: self._outlooks(steps, before, now_s), now_s, held=fixed,
+                                 budget=self.fleet.budget,
+                                 wake_since=self.last.wake_since if self.last is not None else {})
             self._export(tick, steps)
             self.last = tick
         results: dict[str, TickResult] = {}
