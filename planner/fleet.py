@@ -113,8 +113,7 @@ def fit_decisions(max_gpus: int, policies: Mapping[str, Policy], priority: Mappi
         outlooks = looks()
         asks = [policy_ask(n, priority[n], policies[n], wanted[n], before[n], outlooks[n], n in held) for n in wanted]
     since = wake_clock(asks, wake_since or {}, held, now_s)
-    after_s = 0.0 if budget is None else budget.wake_after_s if budget.wake_first else None
-    fit = fit_fleet(asks, max_gpus, wake_first(asks, since, now_s, after_s))
+    fit = fit_fleet(asks, max_gpus, wake_first(asks, since, now_s, 0.0 if budget is None else budget.wake_after))
     granted: dict[str, Decision] = {}
     for name in fit.order:
         decision = wanted[name]

@@ -46,6 +46,11 @@ class FleetBudget(StrictModel):
     # at 120 s; strict priority failed 0-1,303 requests a seed, every wait here none).
     wake_after_s: float = Field(120.0, ge=0.0, le=3600.0)
 
+    @property
+    def wake_after(self) -> float | None:
+        """Rule 1b's wait, None when it is off (``wake_first: false``: strict priority)."""
+        return self.wake_after_s if self.wake_first else None
+
     @field_validator("gpu_cost_per_hour")
     @classmethod
     def _prices(cls, prices: dict[str, float]) -> dict[str, float]:
