@@ -124,8 +124,13 @@ def _resolve_state_dir(policy: PolicyFile, base_dir: Path) -> PolicyFile:
 
 def load_policy(path: str | Path) -> PolicyFile:
     p = Path(path)
+    return parse_policy(read_policy_data(p), str(p), p.resolve().parent)
+
+
+def read_policy_data(p: Path) -> Any:
+    """The policy file's YAML as data, not yet checked (one-line errors for a missing or unreadable file)."""
     try:
-        data = yaml.safe_load(p.read_text())
+        return yaml.safe_load(p.read_text())
     except FileNotFoundError:
         raise UserError(f"{p}: policy file not found") from None
     except OSError as exc:
@@ -134,4 +139,3 @@ def load_policy(path: str | Path) -> PolicyFile:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise UserError(f"{p}: not valid YAML{where}") from None
-    return parse_policy(data, str(p), p.resolve().parent)

@@ -92,3 +92,39 @@ def test_two_policies_on_one_synthetic_scenario(tmp_path, capsys, monkeypatch) -
     assert doc["summary"][0]["target"]["floor"] == pytest.approx(0.945)
     png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in printed.replace("\n", "")
+
+
+def test_a_variant_set_on_the_command_line_is_replayed_as_written(tmp_path, capsys, monkeypatch) -> None:
+    """--vary: the first policy with fields set, replayed in the worker processes, named in the table and the
+    command; without the steady rules the example gives capacity back only through the hedge."""
+    monkeypatch.setenv("COLUMNS", "250")
+    out = tmp_path / "seeds.json"
+    rc = run(["bench", "seeds", "--policy", str(EXAMPLE), "--vary", "behavior.steady=null; forecast.quantile=0.9",
+              "--scenarios", "chat-docs", "--seeds", "1", "--workers", "2", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    doc = json.loads(out.read_text())
+    shipped, variant = doc["runs"]
+    assert variant["policy"] == f"{EXAMPLE} [behavior.steady=null; forecast.quantile=0.9]"
+    assert shipped["steady_share"] > 0.5 and variant["steady_share"] is None  # the worker read the variant
+    assert variant["gpu_hours"] > shipped["gpu_hours"]  # the hedge always, and a higher quantile
+    assert "--vary 'behavior.steady=null; forecast.quantile=0.9'" in doc["command"]
+
+
+@pytest.mark.parametrize("vary, needle", [
+    pytest.param("behavior.tolrance=0.1", "unknown key 'behavior.tolrance'", id="unknown-key"),
+    pytest.param("behavior.tolerance=2", "key 'behavior.tolerance' = 2", id="out-of-range"),
+    pytest.param("sla.ttft_ms.x=1", "sla.ttft_ms is 1000 in the policy, not a mapping", id="into-a-number"),
+    pytest.param("tolerance", "'tolerance' is not KEY=VALUE", id="no-equals"),
+    pytest.param(" ; ", "sets nothing", id="empty"),
+    pytest.param("forecast.quantile=0.9;forecast.quantile=0.8", "forecast.quantile is set twice", id="twice"),
+    pytest.param("forecast.quantile=[1,", "'[1,' is not a YAML value", id="bad-yaml"),
+])
+def test_a_bad_variant_is_one_line_and_exit_2_before_anything_runs(vary, needle, capsys, tmp_path) -> None:
+    empty = tmp_path / "no-traces"  # checked after the policies: the line names the variant, not the traces
+    empty.mkdir()
+    rc = run(["bench", "seeds", "--vary", vary, "--traces", str(empty), "--out", str(tmp_path / "s.json")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "s.json").exists()

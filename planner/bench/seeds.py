@@ -22,6 +22,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from planner.bench import scenarios
+from planner.policy_file import PolicyFile
+from planner.policy_variant import PolicySource
 from planner.sim.evaluate.backtest import planner_run, score_run, sim_setup
 from planner.sim.evaluate.workers import process_context
 
@@ -39,11 +41,11 @@ class Run:
     rate_cv_median: float | None = None
 
 
-_POLICIES: dict[str, Path | None] = {}  # label -> path, set in the parent and inherited or sent to the workers
+_POLICIES: dict[str, PolicySource] = {}  # label -> policy, set in the parent and inherited or sent to the workers
 _TRACES: Path | None = None
 
 
-def _init(policies: dict[str, Path | None], traces: Path | None) -> None:
+def _init(policies: dict[str, PolicySource], traces: Path | None) -> None:
     global _TRACES
     _POLICIES.update(policies)
     _TRACES = traces
@@ -52,7 +54,7 @@ def _init(policies: dict[str, Path | None], traces: Path | None) -> None:
 def _one(task: tuple[str, str, int]) -> Run:
     label, name, seed = task
     scenario = scenarios.pick([name])[0]
-    policy = scenarios.scenario_policy(_POLICIES[label])
+    policy = load(label, _POLICIES[label])
     trace = scenarios.scenario_trace(scenario, _TRACES, seed=seed)
     ctx, config = sim_setup(trace, scenarios.scenario_profile(scenario, policy), policy,
                             warmup_s=scenarios.warmup_s(scenario, False))
@@ -65,12 +67,17 @@ def _one(task: tuple[str, str, int]) -> Run:
                statistics.median(cvs) if cvs else None)
 
 
-def run(console: Console, policies: dict[str, Path | None], scenario_names: list[str] | None, seeds: list[int],
+def load(label: str, source: PolicySource) -> PolicyFile:
+    """The policy a label stands for: its file, with any ``--vary`` fields set."""
+    return source.load(scenarios.EXAMPLE_POLICY, label)
+
+
+def run(console: Console, policies: dict[str, PolicySource], scenario_names: list[str] | None, seeds: list[int],
         traces: Path | None, workers: int) -> list[Run]:
     """Every (policy, scenario, seed) replayed, over ``workers`` processes, with a progress bar."""
     chosen = scenarios.pick(scenario_names)
-    for path in policies.values():
-        scenarios.scenario_policy(path)  # a bad file is one line and exit 2 before anything runs
+    for label, source in policies.items():
+        load(label, source)  # a bad file or --vary is one line and exit 2 before anything runs
     scenarios.check_traces(chosen, traces)
     tasks = [(label, s.name, seed) for s in chosen for seed in seeds for label in policies]
     _init(policies, traces)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -159,11 +160,15 @@ def bench_seeds(
     traces: Annotated[Path | None, typer.Option(help=TRACES_HELP)] = None,
     out: Annotated[Path, typer.Option(help="JSON results; the plot is written beside it (.png)")] = Path("out/seeds.json"),
     workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
+    vary: Annotated[list[str] | None, typer.Option(
+        metavar="KEY=VALUE[;...]", help="a variant of the first policy with these fields set, e.g. "
+        "'behavior.tolerance=0.1' or 'forecast.model=ewma;forecast.quantile=0.9' (repeat for more variants)")] = None,
 ) -> None:
     """The planner alone on every suite scenario under several arrival seeds, per policy: whether a policy
     change is a gain or one seed's luck (attainment mean and worst, runs below the SLA, GPU-hours ratio)."""
     from planner.bench import seeds as study
-    from planner.bench.scenarios import default_traces_dir, scenario_policy
+    from planner.bench.scenarios import default_traces_dir
+    from planner.policy_variant import PolicySource, parse_assignments, variant_label
 
     if seeds < 1 or seeds > 100:
         raise UserError(f"--seeds: {seeds} must be in 1..100")
@@ -175,15 +180,22 @@ def bench_seeds(
     labels = [str(p) if p is not None else "policies/example.yaml" for p in paths]
     if len(set(labels)) != len(labels):
         raise UserError(f"--policy: {', '.join(labels)}: each policy once")
+    sources = {label: PolicySource(path) for label, path in zip(labels, paths, strict=True)}
+    for text in vary or ():
+        label = variant_label(labels[0], text)
+        if label in sources:
+            raise UserError(f"--vary: {text!r}: each variant once")
+        sources[label] = PolicySource(paths[0], parse_assignments(text))
     names = [n.strip() for n in scenarios.split(",") if n.strip()] if scenarios else None
-    command = " ".join(["planner bench seeds", *(f"--policy {p}" for p in policy or ()), f"--seeds {seeds}",
+    command = " ".join(["planner bench seeds", *(f"--policy {p}" for p in policy or ()),
+                        *(f"--vary {shlex.quote(v)}" for v in vary or ()), f"--seeds {seeds}",
                         *([f"--scenarios {scenarios}"] if scenarios else []),
                         *([f"--traces {traces}"] if traces else []), f"--out {out}",
                         *([f"--workers {workers}"] if workers else [])])
     console = out_console()
-    runs = study.run(console, dict(zip(labels, paths, strict=True)), names, list(range(seeds)),
-                     traces or default_traces_dir(), workers or os.cpu_count() or 1)
-    sla_share = scenario_policy(paths[0]).sla.percentile / 100.0
+    runs = study.run(console, sources, names, list(range(seeds)), traces or default_traces_dir(),
+                     workers or os.cpu_count() or 1)
+    sla_share = study.load(labels[0], sources[labels[0]]).sla.percentile / 100.0
     rows = study.summary(runs, sla_share)
     console.print(study.table(rows, sla_share))
     missed = study.target_lines(rows)
