@@ -38,29 +38,32 @@ class PolicySource:
         if not isinstance(data, dict):
             raise UserError(f"{path}: a policy must be a YAML mapping")
         for keys, value in self.assignments:
-            set_dotted(data, keys, value)
+            try:
+                set_dotted(data, keys, value)
+            except UserError as exc:
+                raise UserError(f"{label}: {exc}") from None
         return parse_policy(data, label, path.resolve().parent)
 
 
-def parse_assignments(text: str, flag: str = "--vary") -> tuple[Assignment, ...]:
+def parse_assignments(text: str) -> tuple[Assignment, ...]:
     """``KEY=VALUE[;KEY=VALUE...]`` as (key parts, YAML value) pairs; one line naming what is wrong."""
     parts = [p.strip() for p in text.split(SEPARATOR) if p.strip()]
     if not parts:
-        raise UserError(f"{flag}: {text!r} sets nothing; give KEY=VALUE, e.g. behavior.tolerance=0.1 "
+        raise UserError(f"{text!r} sets nothing; give KEY=VALUE, e.g. behavior.tolerance=0.1 "
                         f"(several joined by '{SEPARATOR}')")
     out: list[Assignment] = []
     for part in parts:
         key, sep, raw = part.partition("=")
         keys = tuple(k.strip() for k in key.split("."))
         if not sep or not all(keys):
-            raise UserError(f"{flag}: {part!r} is not KEY=VALUE with KEY a dotted field of the policy file "
+            raise UserError(f"{part!r} is not KEY=VALUE with KEY a dotted field of the policy file "
                             "(e.g. forecast.quantile=0.9)")
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
-            raise UserError(f"{flag}: {'.'.join(keys)}: {raw.strip()!r} is not a YAML value") from None
+            raise UserError(f"{raw.strip()!r} is not a YAML value", key=".".join(keys)) from None
         if any(k == keys for k, _ in out):
-            raise UserError(f"{flag}: {'.'.join(keys)} is set twice in {text!r}")
+            raise UserError(f"{'.'.join(keys)} is set twice in {text!r}")
         out.append((keys, value))
     return tuple(out)
 
@@ -74,7 +77,7 @@ def set_dotted(data: dict, keys: tuple[str, ...], value: Any) -> None:
             child = node[key] = {}
         if not isinstance(child, dict):
             where = ".".join(keys[: depth + 1])
-            raise UserError(f"--vary: {'.'.join(keys)}: {where} is {child!r} in the policy, not a mapping")
+            raise UserError(f"{where} is {child!r} in the policy, not a mapping", key=".".join(keys))
         node = child
     node[keys[-1]] = value
 

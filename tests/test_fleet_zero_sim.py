@@ -131,3 +131,39 @@ def test_cold_starts_count_each_request_once_where_sleeps_overlap_a_start() -> N
     fr = FleetReplay("fleet", 8, {"p": rep}, [], [], {"p": 0}, 0, 2, 0.0, {"p": [(60.0, 80.0), (100.0, 110.0)]})
     # cold windows [60, 80 + 120) and [100, 110 + 120): 95 and 130 arrived in them, 130 in both
     assert fr.cold_ttft_ms("p", 120.0) == [60_000.0, math.inf]
+
+
+
+def test_the_engines_ttft_starts_when_the_router_dispatches_a_held_request(tmp_path: Path) -> None:
+    """What the controller reads is what the engines' TTFT histograms count: from when an engine received the
+    request. A request held at the router through a cold start reaches an engine once a replica is ready, so its
+    wait is in the client's TTFT (the scores) and not in the metric source's (calibration, the error budget),
+    as live, where vLLM times a request from its own arrival."""
+    from planner.sim.cluster.cluster import Cluster
+    from planner.sim.cluster.metrics import SimMetricSource
+    from planner.sim.evaluate.backtest import sim_setup
+
+    m = load_fleet(write_fleet(tmp_path, [member("sparse", 0, **ZERO)])).member("sparse")
+    trace = _busy_gap_busy()
+    _, cfg = sim_setup(trace, m.profile, m.policy, startup_s=None, kill=False)
+    cluster = Cluster(trace, m.profile, cfg, {"prefill": 0, "decode": 0})  # asleep from the start
+    woke_s = 60.0
+    cluster.run_until(woke_s)
+    assert cluster.held() > 3  # the router holds what arrived meanwhile
+    cluster.apply({"prefill": 1, "decode": 1})  # ready at woke_s + the start-up
+    ready_s = woke_s + STARTUP_S
+    cluster.run_until(ready_s + 30.0)
+    res = cluster.results()
+    arrival, ttft, first = res["arrival_s"], res["ttft_s"], res["first_s"]
+    held = arrival < ready_s
+    assert np.isfinite(ttft[held]).all() and (ttft[held] >= ready_s - arrival[held] - 1e-9).all()  # the client waited
+    assert np.allclose(np.asarray(cluster.log.dispatched_s)[held], ready_s)
+    assert np.array_equal(np.asarray(cluster.log.dispatched_s)[~held], arrival[~held])
+    now_s = ready_s + 30.0
+    engine_ms = SimMetricSource(cluster).ttfts_ms(now_s, now_s)  # every first token so far
+    served = np.isfinite(first) & (first <= now_s)
+    assert len(engine_ms) == int(served.sum())
+    # Each held request's engine TTFT is its client TTFT less its wait at the router; the others' are the same.
+    expected_ms = (first[served] - np.where(held[served], ready_s, arrival[served])) * 1e3
+    assert np.allclose(np.sort(engine_ms), np.sort(expected_ms))
+    assert (ttft[served] * 1e3 - expected_ms)[held[served]].min() > 0  # every held one waited at the router

@@ -185,7 +185,11 @@ def bench_seeds(
         label = variant_label(labels[0], text)
         if label in sources:
             raise UserError(f"--vary: {text!r}: each variant once")
-        sources[label] = PolicySource(paths[0], parse_assignments(text))
+        try:
+            assignments = parse_assignments(text)
+        except UserError as exc:
+            raise UserError(f"--vary: {exc}") from None
+        sources[label] = PolicySource(paths[0], assignments)
     names = [n.strip() for n in scenarios.split(",") if n.strip()] if scenarios else None
     command = " ".join(["planner bench seeds", *(f"--policy {p}" for p in policy or ()),
                         *(f"--vary {shlex.quote(v)}" for v in vary or ()), f"--seeds {seeds}",

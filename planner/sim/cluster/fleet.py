@@ -142,12 +142,15 @@ class Fleet:
             self.idle_prefill.append(replica)
         pending = self.pending[replica.pool]
         route = self.route_prompt if replica.pool == "prefill" else self.route_sequence
-        held_at_router = replica.pool != Pool.DECODE and self._hold_timeout_s is not None
+        at_router = replica.pool != Pool.DECODE  # the pool every request starts in: the router held them
+        timeout_s = self._hold_timeout_s if at_router else None
         while pending:
             req = pending.popleft()
-            if held_at_router and now_s - self._log.arrival_s[req] > self._hold_timeout_s:  # type: ignore[operator]
+            if timeout_s is not None and now_s - self._log.arrival_s[req] > timeout_s:
                 self._log.fail(req)  # past the router's --hold-timeout-s: a 503, counted as failed
                 continue
+            if at_router:
+                self._log.dispatched_s[req] = now_s  # the engine sees it from now
             route(req, now_s)
 
     def retire_if_drained(self, replica: Replica, now_s: float) -> None:

@@ -71,13 +71,16 @@ class SimMetricSource:
         self.c = cluster
 
     def ttfts_ms(self, window_s: float, now_s: float) -> np.ndarray:
-        """TTFT (ms) of the requests whose first token came in (now - window, now]."""
+        """TTFT (ms) of the requests whose first token came in (now - window, now], as the engines' histograms
+        count it: from when an engine received the request. A request the router held while its policy was at
+        zero is not in an engine's TTFT until it is dispatched (the wait is in the client's TTFT, which the
+        scores count, not in what the controller reads)."""
         log = self.c.log
         lo_t = now_s - window_s
         lo = bisect_left(log.arrival_s, lo_t - TTFT_LOOKBACK_S)
         hi = bisect_right(log.arrival_s, now_s)
         first = np.asarray(log.first_token_s[lo:hi], dtype=np.float64)
-        arr = np.asarray(log.arrival_s[lo:hi], dtype=np.float64)
+        arr = np.asarray(log.dispatched_s[lo:hi], dtype=np.float64)
         with np.errstate(invalid="ignore"):
             mask = (first > lo_t) & (first <= now_s)
         return (first[mask] - arr[mask]) * 1e3

@@ -18,6 +18,10 @@ class RequestLog:
         self.isl: list[int] = trace.isl.tolist()
         self.osl: list[int] = trace.osl.tolist()
         self.count = len(self.arrival_s)
+        # When an engine received the request: its arrival, or later for one the router held while the pool it
+        # starts in had no READY replica (scale to zero). An engine's TTFT histogram counts from here; the
+        # client's TTFT (results(), the scores) from the arrival.
+        self.dispatched_s: list[float] = list(self.arrival_s)
         self.first_token_s = [math.nan] * self.count
         self.finish_s = [math.nan] * self.count
         self.itl_max_s = [math.nan] * self.count
