@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from planner.errors import UserError
-from planner.policy_file import PolicyFile, parse_policy, read_policy_data
+from planner.policy_file import PolicyFile, load_policy, parse_policy, read_policy_data
 
 SEPARATOR = ";"
 Assignment = tuple[tuple[str, ...], Any]  # (the dotted key's parts, the value)
@@ -32,11 +32,11 @@ class PolicySource:
 
     def load(self, default: Path, label: str) -> PolicyFile:
         path = self.path or default
-        data = read_policy_data(path)
         if not self.assignments:
-            return parse_policy(data, str(path), path.resolve().parent)
+            return load_policy(path)
+        data = read_policy_data(path)
         if not isinstance(data, dict):
-            raise UserError(f"{path}: a policy must be a YAML mapping")
+            return parse_policy(data, str(path))  # the policy file's own error: not a mapping
         for keys, value in self.assignments:
             try:
                 set_dotted(data, keys, value)
@@ -47,7 +47,7 @@ class PolicySource:
 
 def parse_assignments(text: str) -> tuple[Assignment, ...]:
     """``KEY=VALUE[;KEY=VALUE...]`` as (key parts, YAML value) pairs; one line naming what is wrong."""
-    parts = [p.strip() for p in text.split(SEPARATOR) if p.strip()]
+    parts = _parts(text)
     if not parts:
         raise UserError(f"{text!r} sets nothing; give KEY=VALUE, e.g. behavior.tolerance=0.1 "
                         f"(several joined by '{SEPARATOR}')")
@@ -84,4 +84,8 @@ def set_dotted(data: dict, keys: tuple[str, ...], value: Any) -> None:
 
 def variant_label(reference: str, text: str) -> str:
     """How tables and seeds.json name a variant: the reference file and what was set on it."""
-    return f"{reference} [{'; '.join(p.strip() for p in text.split(SEPARATOR) if p.strip())}]"
+    return f"{reference} [{'; '.join(_parts(text))}]"
+
+
+def _parts(text: str) -> list[str]:
+    return [p.strip() for p in text.split(SEPARATOR) if p.strip()]
