@@ -83,18 +83,20 @@ def _note(seen: dict[tuple[int, str | None], str], pid: int) -> None:
 @pytest.mark.slow
 @pytest.mark.prometheus
 def test_up_scales_each_pool_up_and_down_and_leaves_no_process(tmp_path: Path) -> None:
-    """25 s of the embedded trace's load, then quiet: both pools go above one replica and back to one, every
+    """25 s of the embedded trace's load, then 85 s of quiet: both pools go above one replica and back to one, every
     request answers, and every process `planner up` started (Prometheus, engine watchdogs, engines) is gone
     when it exits."""
     require_prometheus()
     out = tmp_path / "up"
-    proc = subprocess.Popen([*UP, "--duration-s", "75", "--load-s", "25", "--rate-scale", "0.5", "--json",
+    proc = subprocess.Popen([*UP, "--duration-s", "110", "--load-s", "25", "--rate-scale", "0.5", "--json",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
     reader.start()
     seen: dict[tuple[int, str | None], str] = {}  # every process below `planner up` while it ran
-    deadline = time.monotonic() + 240
+    # The quiet is long because a loaded 2-core CI host slows the emulators: their latencies rise, decode once reached
+    # a third replica (up 3, down 2) and 50 s of quiet did not bring it back to one.
+    deadline = time.monotonic() + 280
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             for pid in descendants(proc.pid):
