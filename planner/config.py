@@ -118,6 +118,10 @@ class Steady(_Strict):
 
     max_rate_cv: float = Field(0.3, gt=0.0, le=10.0)
     over_s: int = Field(600, ge=60, le=86400)
+    # What the cv measures (planner/forecast/burst.py): "level", the rates' spread about their mean (a step
+    # counts while it is inside over_s), or "swing", the spread from one reading to the next (a step counts
+    # once; on/off load as ever).
+    measure: Literal["level", "swing"] = "level"
     scale_down: ScalingRules = Field(default_factory=_free_down)
 
 

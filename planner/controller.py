@@ -21,7 +21,7 @@ from planner.decide.error_budget import BudgetSample, budget_status
 from planner.decide.error_budget import sample_of as budget_sample
 from planner.errors import UserError
 from planner.forecast import Forecaster, LastValue, make_forecaster
-from planner.forecast.burst import rate_cv
+from planner.forecast.burst import MEASURES
 from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.types import (
@@ -217,8 +217,8 @@ class PlannerController:
         rules); the rates were read over ``metrics.window_s`` windows."""
         steady = self.policy.behavior.steady
         assert steady is not None
-        return rate_cv([s.at_s for s in self.history], [s.rate_rps for s in self.history], now_s,
-                       steady.over_s, self.policy.metrics.window_s)
+        return MEASURES[steady.measure]([s.at_s for s in self.history], [s.rate_rps for s in self.history], now_s,
+                                        steady.over_s, self.policy.metrics.window_s)
 
 
 def _with_reason(decision: Decision, reason: Reason) -> Decision:

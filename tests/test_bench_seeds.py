@@ -109,6 +109,8 @@ def test_a_variant_set_on_the_command_line_is_replayed_as_written(tmp_path, caps
     assert shipped["steady_share"] > 0.5 and variant["steady_share"] is None  # the worker read the variant
     assert variant["gpu_hours"] > shipped["gpu_hours"]  # the hedge always, and a higher quantile
     assert "--vary 'behavior.steady=null; forecast.quantile=0.9'" in doc["command"]
+    # The table names the variant (its label's brackets are text, not rich markup that would vanish)
+    assert "[behavior.steady=null; forecast.quantile=0.9]" in printed, printed
 
 
 @pytest.mark.parametrize("vary, needle", [

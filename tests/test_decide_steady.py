@@ -11,7 +11,7 @@ import yaml
 
 from planner.config import Steady
 from planner.decide import decide
-from planner.forecast.burst import rate_cv
+from planner.forecast.burst import rate_cv, rate_swing_cv
 from planner.policy_file import load_policy
 from planner.types import Reason
 from tests.support.decide_support import (
@@ -82,6 +82,59 @@ def test_rate_cv_reads_only_the_last_over_s_and_rejects_bad_windows() -> None:
     assert rate_cv(t, r, t[-1], 1200.0, 60.0) == pytest.approx(math.sqrt(45.0**2 - 55.0 / 60.0) / 55.0)
     with pytest.raises(ValueError, match="window_s"):
         rate_cv(t, r, t[-1], 600.0, 0.0)
+
+
+@pytest.mark.parametrize("rates, window_s, expected", [
+    pytest.param([10.0] * 20, 60.0, 0.0, id="flat"),
+    pytest.param([0.0] * 20, 60.0, 0.0, id="all-zero"),
+    # readings 30 s apart over 60 s windows share 30 s: counting variance of one difference 2 * 15 * 30 / 60^2;
+    # half the mean square difference 100 / 2 = 50, less Poisson's share 15 * 30 / 3600 = 0.125
+    pytest.param([10.0, 20.0] * 10, 60.0, math.sqrt(50.0 - 0.125) / 15.0, id="two-level-alternating"),
+    # one step of 30 among 20 readings: 900 / (2 * 19), mean 25, less 25 * 30 / 3600
+    pytest.param([10.0] * 10 + [40.0] * 10, 60.0, math.sqrt(900.0 / 38.0 - 25.0 * 30.0 / 3600.0) / 25.0,
+                 id="one-step"),
+    # windows shorter than the spacing share nothing: Poisson's r / window_s = 1 explains all of 0.04 / 2
+    pytest.param([0.9, 1.1] * 10, 1.0, 0.0, id="within-poisson-noise"),
+])
+def test_rate_swing_cv_measures_successive_differences(rates, window_s, expected) -> None:
+    t, r = _series(rates)
+    assert rate_swing_cv(t, r, t[-1], 600.0, window_s) == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_step_is_bursty_to_the_level_measure_for_over_s_and_to_the_swing_for_minutes() -> None:
+    """A fourfold step that stays: the level measure reads the mix of both levels for most of the time the step
+    is inside over_s; the swing reads it once, and each new reading at the new level dilutes it."""
+    t, r = _series([5.0] * 20 + [20.0] * 20)
+    after = lambda k: t[19 + k]  # noqa: E731 - the k-th reading at the new level
+    assert all(rate_cv(t, r, after(k), 600.0, 60.0) > 0.3 for k in range(1, 17))  # 8 of its 10 minutes
+    swings = [rate_swing_cv(t, r, after(k), 600.0, 60.0) for k in range(1, 19)]
+    assert swings[0] > 0.3 and all(s < 0.3 for s in swings[4:])  # bursty for its first minutes only
+    # On/off load swings at every reading: bursty to both, and by about as much
+    t, r = _series([0.0, 0.0, 28.0, 28.0] * 5)
+    assert rate_swing_cv(t, r, t[-1], 600.0, 60.0) > 0.6 and rate_cv(t, r, t[-1], 600.0, 60.0) > 0.9
+
+
+def test_rate_swing_cv_of_poisson_counts_is_small_and_needs_history() -> None:
+    t, r = _series(_poisson(2.0, 20, 60.0, seed=1), step_s=60.0)  # windows that do not overlap
+    assert rate_swing_cv(t, r, t[-1], 1200.0, 60.0) < 0.1
+    t, r = _series([10.0] * 9)
+    assert rate_swing_cv(t, r, 270.0, 600.0, 60.0) is None  # under half of over_s
+    with pytest.raises(ValueError, match="window_s"):
+        rate_swing_cv(t, r, t[-1], 600.0, 0.0)
+
+
+def test_the_policy_picks_the_measure_the_controller_reads() -> None:
+    """After a fourfold step that stays, the swing measure gives the steady rules back within minutes; the
+    level measure holds the hedge while the step is inside over_s."""
+    step = lambda t: 20.0 if t < 1800 else 80.0  # noqa: E731
+    swing = {"behavior": {"steady": {"max_rate_cv": 0.3, "over_s": 600, "measure": "swing"}}}
+    by_swing = drive(policy(**BIG, **swing), step, hours=1.0)
+    by_level = drive(policy(**BIG, **STEADY), step, hours=1.0)
+    at = lambda ds, s: next(d for d in ds if d.at_s >= s)  # noqa: E731
+    for s in (2100.0, 2250.0):  # 5 and 7.5 minutes after the step
+        assert at(by_swing, s).detail["scale_down_rules"] == "steady", s
+        assert at(by_level, s).detail["scale_down_rules"] == "hedge", s
+        assert at(by_swing, s).detail["rate_cv"] < 0.3 < at(by_level, s).detail["rate_cv"]
 
 
 @pytest.mark.parametrize("steady, cv, window_s", [
@@ -171,6 +224,8 @@ def test_a_bad_steady_block_names_the_key() -> None:
 
     with pytest.raises(UserError, match=r"behavior\.steady\.max_rate_cv"):
         parse_policy(merge(example_data(), {"behavior": {"steady": {"max_rate_cv": 0}}}), "p.yaml")
+    with pytest.raises(UserError, match=r"behavior\.steady\.measure.*'level'.*'swing'"):
+        parse_policy(merge(example_data(), {"behavior": {"steady": {"measure": "spread"}}}), "p.yaml")
 
 
 def test_a_burning_error_budget_keeps_the_hedge_on_steady_traffic() -> None:

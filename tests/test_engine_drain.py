@@ -1,5 +1,5 @@
 """Scale-down under load on real vLLM (CPU build, tiny model): two replicas of the process actuator behind the
-router, steady streamed requests through the router, the actuator removes one - out of rotation, its
+router, four clients streaming requests back to back through the router, the actuator removes one - out of rotation, its
 in-flight requests finish, then SIGTERM - and every request, before, during and after, returns 200 and
 completes with all its tokens.
 
@@ -26,7 +26,9 @@ from tests.test_engine_closed_loop import START_S, UNPINNED, vllm_command
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-LOAD_RPS = 1.5
+# Closed loop: four requests in flight whatever vLLM's speed. An open loop at 1.5 req/s had fewer than three in
+# flight at any instant for 180 s on an idle host, where a request ended before the next was sent.
+CLIENTS = 4
 # Requests of several seconds: the replica that leaves holds some that are far from done, so SIGTERM
 # without the drain would cut them (vLLM >= 0.18 aborts what is in flight on SIGTERM by default).
 OUTPUT_TOKENS = 256
@@ -56,7 +58,7 @@ def test_scale_down_under_load_on_real_vllm_fails_no_request(vllm_engine, tmp_pa
         wait_until(lambda: len(backends.by_address) == 2 and all(b.in_rotation for b in backends.by_address.values()),
                    START_S, "two vLLM replicas in rotation", every_s=1)
         ready_s = time.monotonic() - began
-        load = Load(router.url, LOAD_RPS, words(60), OUTPUT_TOKENS, chat_every=3).start()
+        load = Load(router.url, 0.0, words(60), OUTPUT_TOKENS, chat_every=3, concurrency=CLIENTS).start()
         try:
             # Both serve, and the one that goes has requests in flight when it leaves rotation.
             wait_until(lambda: all(b.sent >= 2 for b in backends.by_address.values()), 60, "both replicas serving")

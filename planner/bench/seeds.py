@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -137,13 +138,13 @@ def _mean_of(values: Iterable[float | None]) -> float | None:
 def table(rows: list[dict], sla_share: float) -> Table:
     first = rows[0]["policy"] if rows else ""
     t = Table(title=f"Planner alone over {len(rows[0]['seeds']) if rows else 0} seeds: joint attainment and GPU-hours "
-                    f"(GPU-h ratio per seed to {first})")
+                    f"(GPU-h ratio per seed to {escape(first)})")
     for col in ("scenario", "policy", "attainment mean", "worst", f"runs < {sla_share:.0%}", "GPU-h mean",
                 "GPU-h ratio min / median / max", "steady rules (rate cv)", "per seed (attainment, GPU-h)"):
         t.add_column(col, justify="left" if col in ("scenario", "policy", "per seed (attainment, GPU-h)") else "right")
     for row in rows:
         ratio = row["gpu_hours_ratio"]
-        t.add_row(row["scenario"], row["policy"], f"{row['attainment_mean']:.2%}", f"{row['attainment_min']:.2%}",
+        t.add_row(row["scenario"], escape(row["policy"]), f"{row['attainment_mean']:.2%}", f"{row['attainment_min']:.2%}",
                   str(row["below_sla"]), f"{row['gpu_hours_mean']:.2f}",
                   "-" if ratio is None else f"{ratio['min']:.3f} / {ratio['median']:.3f} / {ratio['max']:.3f}",
                   "-" if row["steady_share_mean"] is None else

@@ -207,7 +207,7 @@ def bench_seeds(
                   + ("[green]met[/] by every scenario and policy" if not missed else f"[red]missed[/] by {len(missed)}"),
                   highlight=False)
     for line in missed:
-        console.print(f"  {line}", highlight=False, soft_wrap=True)
+        console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)  # a variant's label has [...]
     study.write(out, runs, rows, command)
     console.print(f"wrote {out} and {study.plot(out.with_suffix('.png'), runs, sla_share)}")
 

@@ -9,6 +9,19 @@ nothing about how the load moves, so it is taken out before the coefficient of v
 Over 10 minutes it sets the suite's steady scenarios far apart from Azure code, whose load is on/off from one
 minute to the next (README, "Scale-down rules for steady traffic, and one seed's luck", has the medians;
 ``planner bench seeds`` prints them).
+
+A level shift counts in that spread too: a rate that steps up fourfold and stays there reads as bursty for most
+of the time the step is inside ``over_s`` (a 4x step half-way through: cv 0.6; above 0.3 for 8 of 10 minutes),
+though from one reading to the next it no longer moves. ``rate_swing_cv`` measures the swings instead: the spread of successive differences (von
+Neumann's mean square successive difference, half of it, estimates the variance a steady level would have and
+a trend or a step barely moves), with the counting noise of two overlapping windows taken out:
+
+    swing = sqrt(max(0, mean((r[i+1] - r[i])^2) / 2 - mean(rates) * min(dt, window_s) / window_s^2)) / mean(rates)
+
+(two rates read ``dt`` apart over ``window_s`` windows share all but ``min(dt, window_s)`` of their seconds, so
+their difference's counting variance is 2 r min(dt, window_s) / window_s^2). On/off load swings between readings
+and scores high either way (Azure code: 0.47 median against 0.79), a step scores once and is diluted within
+minutes (README, "Burstiness: swings, not steps").
 """
 
 from __future__ import annotations
@@ -40,3 +53,30 @@ def rate_cv(times_s: Sequence[float], rates_rps: Sequence[float], now_s: float, 
     var = sum((v - mean) ** 2 for v in values) / len(values)
     excess = max(0.0, var - mean / window_s)
     return math.sqrt(excess) / mean
+
+
+def rate_swing_cv(times_s: Sequence[float], rates_rps: Sequence[float], now_s: float, over_s: float,
+                  window_s: float) -> float | None:
+    """The excess swing of the rates observed in (now_s - over_s, now_s], relative to their mean (module doc).
+
+    None and 0.0 as ``rate_cv``; the readings' spacing is the median gap between their times.
+    """
+    if window_s <= 0 or over_s <= 0:
+        raise ValueError(f"window_s and over_s must be > 0, got {window_s!r} and {over_s!r}")
+    since = now_s - over_s
+    kept = [(t, r) for t, r in zip(times_s, rates_rps, strict=True)
+            if t > since and t <= now_s and math.isfinite(r) and r >= 0]
+    if len(kept) < MIN_SAMPLES or now_s - kept[0][0] < over_s / 2:
+        return None
+    values = [r for _, r in kept]
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return 0.0
+    gaps = sorted(b[0] - a[0] for a, b in zip(kept, kept[1:], strict=False))
+    gap_s = gaps[len(gaps) // 2]
+    half_mssd = sum((b - a) ** 2 for a, b in zip(values, values[1:], strict=False)) / (2 * (len(values) - 1))
+    excess = max(0.0, half_mssd - mean * min(gap_s, window_s) / window_s**2)
+    return math.sqrt(excess) / mean
+
+
+MEASURES = {"level": rate_cv, "swing": rate_swing_cv}

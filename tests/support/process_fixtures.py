@@ -187,11 +187,14 @@ def stream(url: str, prompt: str, max_tokens: int, timeout_s: float = 120.0,
 
 class Load:
     """Open-loop load through the router: one streamed request every ``1/rate_rps`` s, each on its own thread,
-    every outcome recorded (a test asserts that none failed)."""
+    every outcome recorded (a test asserts that none failed). ``concurrency`` > 0: closed-loop instead, that many
+    clients each sending its next request as its last one ends, so that many are in flight whatever the
+    engines' speed (an open loop paced slower than a request lasts never has two at once)."""
 
-    def __init__(self, url: str, rate_rps: float, prompt: str, max_tokens: int, chat_every: int = 0) -> None:
+    def __init__(self, url: str, rate_rps: float, prompt: str, max_tokens: int, chat_every: int = 0,
+                 concurrency: int = 0) -> None:
         self.url, self.rate_rps, self.prompt, self.max_tokens = url, rate_rps, prompt, max_tokens
-        self.chat_every = chat_every
+        self.chat_every, self.concurrency = chat_every, concurrency
         self.results: list[Stream] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -200,8 +203,20 @@ class Load:
         self._pacer = threading.Thread(target=self._pace, daemon=True)
 
     def start(self) -> Load:
-        self._pacer.start()
+        if self.concurrency > 0:
+            self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True)
+                             for i in range(self.concurrency)]
+            for t in self._threads:
+                t.start()
+        else:
+            self._pacer.start()
         return self
+
+    def _client(self, i: int) -> None:
+        k = 0
+        while not self._stop.is_set():
+            self._one(self.chat_every > 0 and (k * self.concurrency + i) % self.chat_every == 0)
+            k += 1
 
     def _pace(self) -> None:
         k = 0
@@ -229,7 +244,8 @@ class Load:
 
     def stop(self, timeout_s: float = 300.0) -> None:
         self._stop.set()
-        self._pacer.join(10)
+        if self._pacer.is_alive():
+            self._pacer.join(10)
         deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
