@@ -159,7 +159,7 @@ def test_hedge_yaml_is_the_example_without_spending_the_budget() -> None:
     hedge = yaml.safe_load((REPO / "policies" / "hedge.yaml").read_text())
     assert example["sla"]["budget_control"] is True and hedge["sla"]["budget_control"] is False
     assert (example["forecast"]["quantile"], hedge["forecast"]["quantile"]) == (0.85, 0.8)
-    assert hedge["behavior"]["steady"] is None and example["behavior"]["steady"]["max_rate_cv"] == 0.2
+    assert hedge["behavior"]["steady"] is None and example["behavior"]["steady"]["max_rate_cv"] == 0.3
     for data in (example, hedge):
         data.pop("name")
         for key in ("budget_control", "lean_quantile", "recover_quantile"):

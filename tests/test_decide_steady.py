@@ -129,8 +129,7 @@ def test_the_policy_picks_the_measure_the_controller_reads() -> None:
     step = lambda t: 20.0 if t < 1800 else 80.0  # noqa: E731
     swing = {"behavior": {"steady": {"max_rate_cv": 0.3, "over_s": 600, "measure": "swing"}}}
     by_swing = drive(policy(**BIG, **swing), step, hours=1.0)
-    level = {"behavior": {"steady": {"max_rate_cv": 0.3, "over_s": 600, "measure": "level"}}}
-    by_level = drive(policy(**BIG, **level), step, hours=1.0)
+    by_level = drive(policy(**BIG, **STEADY), step, hours=1.0)
     at = lambda ds, s: next(d for d in ds if d.at_s >= s)  # noqa: E731
     for s in (2100.0, 2250.0):  # 5 and 7.5 minutes after the step
         assert at(by_swing, s).detail["scale_down_rules"] == "steady", s
@@ -141,8 +140,8 @@ def test_the_policy_picks_the_measure_the_controller_reads() -> None:
 @pytest.mark.parametrize("steady, cv, window_s", [
     pytest.param(None, 0.0, 240, id="not-configured"),
     pytest.param(Steady(), None, 240, id="unknown"),
-    pytest.param(Steady(), 0.21, 240, id="bursty"),
-    pytest.param(Steady(), 0.2, 0, id="at-the-threshold"),
+    pytest.param(Steady(), 0.31, 240, id="bursty"),
+    pytest.param(Steady(), 0.3, 0, id="at-the-threshold"),
     pytest.param(Steady(), 0.05, 0, id="steady"),
 ])
 def test_the_rules_in_force_follow_the_burstiness(steady, cv, window_s) -> None:
@@ -271,4 +270,4 @@ def test_steady_scale_down_yaml_is_the_hedge_with_steady_rules() -> None:
         data["behavior"].pop("steady")
     assert steady == hedge
     pol = load_policy(REPO / "policies" / "steady-scale-down.yaml")
-    assert pol.behavior.steady == Steady(measure="level", max_rate_cv=0.3) and not pol.sla.budget_control
+    assert pol.behavior.steady == Steady() and not pol.sla.budget_control
