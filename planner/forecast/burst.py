@@ -21,7 +21,7 @@ a trend or a step barely moves), with the counting noise of two overlapping wind
 (two rates read ``dt`` apart over ``window_s`` windows share all but ``min(dt, window_s)`` of their seconds, so
 their difference's counting variance is 2 r min(dt, window_s) / window_s^2). On/off load swings between readings
 and scores high either way (Azure code: 0.47 median against 0.79), a step scores once and is diluted within
-minutes (README, "Burstiness: swings, not steps").
+minutes (README, issue 27's levers: "Burstiness by its swing").
 """
 
 from __future__ import annotations
