@@ -27,9 +27,23 @@ minutes (README, issue 27's levers: "Burstiness by its swing").
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 MIN_SAMPLES = 4  # fewer windows than this say nothing about a spread
+
+
+def _readings(times_s: Sequence[float], rates_rps: Sequence[float], now_s: float, over_s: float,
+              window_s: float) -> list[tuple[float, float]] | None:
+    """The finite, non-negative readings in (now_s - over_s, now_s]; None when too few to say (see rate_cv)."""
+    if window_s <= 0 or over_s <= 0:
+        raise ValueError(f"window_s and over_s must be > 0, got {window_s!r} and {over_s!r}")
+    since = now_s - over_s
+    kept = [(t, r) for t, r in zip(times_s, rates_rps, strict=True)
+            if t > since and t <= now_s and math.isfinite(r) and r >= 0]
+    if len(kept) < MIN_SAMPLES or now_s - kept[0][0] < over_s / 2:
+        return None
+    return kept
 
 
 def rate_cv(times_s: Sequence[float], rates_rps: Sequence[float], now_s: float, over_s: float,
@@ -39,12 +53,8 @@ def rate_cv(times_s: Sequence[float], rates_rps: Sequence[float], now_s: float, 
     None (unknown) when the history covers less than half of ``over_s`` or has fewer than MIN_SAMPLES finite
     readings: a burst the history has not yet shown must not be ruled out. 0.0 when every reading is zero.
     """
-    if window_s <= 0 or over_s <= 0:
-        raise ValueError(f"window_s and over_s must be > 0, got {window_s!r} and {over_s!r}")
-    since = now_s - over_s
-    kept = [(t, r) for t, r in zip(times_s, rates_rps, strict=True)
-            if t > since and t <= now_s and math.isfinite(r) and r >= 0]
-    if len(kept) < MIN_SAMPLES or now_s - kept[0][0] < over_s / 2:
+    kept = _readings(times_s, rates_rps, now_s, over_s, window_s)
+    if kept is None:
         return None
     values = [r for _, r in kept]
     mean = sum(values) / len(values)
@@ -61,19 +71,14 @@ def rate_swing_cv(times_s: Sequence[float], rates_rps: Sequence[float], now_s: f
 
     None and 0.0 as ``rate_cv``; the readings' spacing is the median gap between their times.
     """
-    if window_s <= 0 or over_s <= 0:
-        raise ValueError(f"window_s and over_s must be > 0, got {window_s!r} and {over_s!r}")
-    since = now_s - over_s
-    kept = [(t, r) for t, r in zip(times_s, rates_rps, strict=True)
-            if t > since and t <= now_s and math.isfinite(r) and r >= 0]
-    if len(kept) < MIN_SAMPLES or now_s - kept[0][0] < over_s / 2:
+    kept = _readings(times_s, rates_rps, now_s, over_s, window_s)
+    if kept is None:
         return None
     values = [r for _, r in kept]
     mean = sum(values) / len(values)
     if mean <= 0:
         return 0.0
-    gaps = sorted(b[0] - a[0] for a, b in zip(kept, kept[1:], strict=False))
-    gap_s = gaps[len(gaps) // 2]
+    gap_s = statistics.median(b[0] - a[0] for a, b in zip(kept, kept[1:], strict=False))
     half_mssd = sum((b - a) ** 2 for a, b in zip(values, values[1:], strict=False)) / (2 * (len(values) - 1))
     excess = max(0.0, half_mssd - mean * min(gap_s, window_s) / window_s**2)
     return math.sqrt(excess) / mean
