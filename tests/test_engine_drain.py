@@ -40,17 +40,20 @@ def test_scale_down_under_load_on_real_vllm_fails_no_request(vllm_engine, tmp_pa
     caplog.set_level(logging.INFO, "planner.actuators.process")
     began = time.monotonic()
     state = tmp_path / "state"
+    app = create_router_app(state / "targets.json", Mode.AGGREGATED)
+    backends = app.state.backends
+    router = BackgroundServer(app, port=0).start()
+    # The actuator asks the router (router_url, as `planner up` configures it): the replica is out of its rotation
+    # and the router's own streams on it have ended before it is stopped. (Without the router, on vLLM's gauges
+    # alone read once, a stream was cut: the router still sent it one, or vLLM had not counted it yet.)
     policy = parse_policy({
         "name": "drain", "mode": "aggregated", "profile": str(EMULATED_PROFILE),  # not used: no controller here
         "pools": {"aggregated": {"min_replicas": 1, "max_replicas": 2}},
         "actuator": {"kind": "process", "command": vllm_command(vllm_engine, "aggregated"),
                      "env": {**SERVER_ENV, **UNPINNED}, "port_range": list(port_range(8)),
-                     "state_dir": str(state), "drain_s": 60, "stop_grace_s": 20,
+                     "state_dir": str(state), "drain_s": 60, "stop_grace_s": 20, "router_url": router.url,
                      # A start is not retried here: on a loaded machine a retry only throws its progress away.
                      "ready_timeout_s": START_S}}, "test-policy")
-    app = create_router_app(state / "targets.json", Mode.AGGREGATED)
-    backends = app.state.backends
-    router = BackgroundServer(app, port=0).start()
     actuator: ProcessActuator | None = None
     try:
         actuator = ProcessActuator.from_policy(policy, policy.actuator, GAUGES)

@@ -6,6 +6,12 @@ rotation, so that no new request can reach it; (3) wait until nothing is in flig
 outstanding count for it (requests it forwarded) and the engine's own in-system gauges (requests from
 anyone) both 0 - for at most ``drain_s``; only then is it signalled. What cannot be known is waited out:
 with neither count available the whole ``drain_s`` passes.
+
+Without the router's word (no ``router_url``, or it does not answer) one idle reading of the engine's gauges
+proves nothing: a router we cannot ask may still send it a request (ours re-reads targets.json every 0.2 s,
+a Kubernetes Service takes seconds), and a request the engine has accepted counts in its gauges only from
+its next step. On real vLLM under load a replica drained on one 0 reading lost a stream (CI, stop 37). So
+then the engine must read idle throughout ``UNCONFIRMED_QUIET_S`` (within ``drain_s``).
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from planner.actuators.replica import Replica
 
 POLL_S = 0.1
 ROUTER_CONFIRM_S = 10.0  # the router re-reads targets.json every 0.2 s; this is for a stalled router
+UNCONFIRMED_QUIET_S = 2.0  # ten of our router's re-reads, and many engine steps
 REPLICAS_PATH = "/router/replicas"
 
 
@@ -76,25 +83,34 @@ class RouterView:
                 if isinstance(item, dict) and isinstance(item.get("address"), str)}
 
 
-def drain(replica: Replica, router: RouterView, gauges: Sequence[str], drain_s: float) -> DrainResult:
+def drain(replica: Replica, router: RouterView, gauges: Sequence[str], drain_s: float,
+          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> DrainResult:
     """Steps (2) and (3) above; returns when the replica may be stopped."""
-    started = time.monotonic()
+    started = clock()
     deadline = started + drain_s
     confirm_until = started + min(ROUTER_CONFIRM_S, max(drain_s, POLL_S))
     entry = router.entry(replica.address)
-    while entry and entry.get("in_rotation") and time.monotonic() < confirm_until:
-        time.sleep(POLL_S)
+    while entry and entry.get("in_rotation") and clock() < confirm_until:
+        sleep(POLL_S)
         entry = router.entry(replica.address)
+    idle_since: float | None = None
     while True:
-        via_router = _router_outstanding(router.entry(replica.address)) if router.url else None
+        entry = router.entry(replica.address) if router.url else None
+        confirmed = entry is not None and not entry.get("in_rotation", False)
+        via_router = _router_outstanding(entry)
         on_engine = replica.in_flight(gauges) if replica.exit_code() is None else 0.0
         known = [n for n in (via_router, on_engine) if n is not None]
         in_flight = sum(known) if known else None
-        if replica.exit_code() is not None or (in_flight == 0 and known):
-            return DrainResult(True, time.monotonic() - started, in_flight)
-        if time.monotonic() >= deadline:
-            return DrainResult(False, time.monotonic() - started, in_flight)
-        time.sleep(POLL_S)
+        now = clock()
+        if replica.exit_code() is not None:
+            return DrainResult(True, now - started, in_flight)
+        idle = in_flight == 0 and bool(known)
+        idle_since = (idle_since if idle_since is not None else now) if idle else None
+        if idle and (confirmed or now - idle_since >= UNCONFIRMED_QUIET_S):
+            return DrainResult(True, now - started, in_flight)
+        if now >= deadline:  # idle at the end all the same (drain_s shorter than the quiet window, or 0)
+            return DrainResult(idle, now - started, in_flight)
+        sleep(POLL_S)
 
 
 def _router_outstanding(entry: dict | None) -> float | None:
