@@ -105,8 +105,11 @@ def drain(replica: Replica, router: RouterView, gauges: Sequence[str], drain_s: 
         if replica.exit_code() is not None:
             return DrainResult(True, now - started, in_flight)
         idle = in_flight == 0 and bool(known)
-        idle_since = (idle_since if idle_since is not None else now) if idle else None
-        if idle and (confirmed or now - idle_since >= UNCONFIRMED_QUIET_S):
+        if not idle:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
+        if idle_since is not None and (confirmed or now - idle_since >= UNCONFIRMED_QUIET_S):
             return DrainResult(True, now - started, in_flight)
         if now >= deadline:  # idle at the end all the same (drain_s shorter than the quiet window, or 0)
             return DrainResult(idle, now - started, in_flight)
