@@ -106,6 +106,9 @@ class LocalPrometheus:
             return bytes(r.read())
 
     def _config(self) -> dict:
+        # Paths absolute: Prometheus reads a relative one from the config file's folder, not our working
+        # directory (`planner up` with its default `--out out/up` once scraped no engine: file_sd pointed at
+        # out/up/prometheus/out/up/state/targets.json).
         interval = f"{max(1, round(self.scrape_interval_s * 1000))}ms"
         jobs: list[dict] = [{
             "job_name": "planner-local",
@@ -113,13 +116,14 @@ class LocalPrometheus:
         }]
         if self.file_sd:
             jobs.append({"job_name": "file-sd",
-                         "file_sd_configs": [{"files": [str(p) for p in self.file_sd], "refresh_interval": "1s"}]})
+                         "file_sd_configs": [{"files": [str(p.resolve()) for p in self.file_sd],
+                                              "refresh_interval": "1s"}]})
         config: dict = {
             "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
             "scrape_configs": jobs,
         }
         if self.rule_files:
-            config["rule_files"] = [str(p) for p in self.rule_files]
+            config["rule_files"] = [str(p.resolve()) for p in self.rule_files]
         return config
 
     def start(self, timeout_s: float = 30.0) -> LocalPrometheus:
