@@ -97,13 +97,11 @@ def drain(replica: Replica, router: RouterView, gauges: Sequence[str], drain_s: 
     while True:
         entry = router.entry(replica.address) if router.url else None
         confirmed = entry is not None and not entry.get("in_rotation", False)
-        via_router = _router_outstanding(entry)
-        on_engine = replica.in_flight(gauges) if replica.exit_code() is None else 0.0
-        known = [n for n in (via_router, on_engine) if n is not None]
+        if replica.exit_code() is not None:  # it ended on its own: nothing left to wait for
+            return DrainResult(True, clock() - started, 0.0)
+        known = [n for n in (_router_outstanding(entry), replica.in_flight(gauges)) if n is not None]
         in_flight = sum(known) if known else None
         now = clock()
-        if replica.exit_code() is not None:
-            return DrainResult(True, now - started, in_flight)
         idle = in_flight == 0 and bool(known)
         if not idle:
             idle_since = None
