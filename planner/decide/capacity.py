@@ -210,15 +210,10 @@ def decode_itl_ms(model: SizingModel, load: Load, replicas: int, factor: float =
     return factor * itl
 
 
-def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000,
-                mix: LengthMix | None = None) -> Sizing:
-    """Smallest decode pool whose batch at the percentile's concurrency meets the ITL target and fits the KV.
-
-    The batch limit per replica is the largest batch whose ITL at the forecast context meets the target
-    (after calibration) and whose KV (ISL + OSL per sequence) fits; concurrency is Little's rate x OSL x ITL.
-    """
-    if load.rate_rps <= 0:
-        return Sizing(0.0, 0, decode_itl_ms(model, load, 0, factor, mix))
+def _decode_limit(model: SizingModel, load: Load, factor: float,
+                  mix: LengthMix | None) -> tuple[int, float, int, bool, tuple[Reason, ...]]:
+    """(batch per replica, the ITL budget it is held to, the KV's batch limit, whether even a batch of one
+    misses the target, the reasons) for a decode replica at ``load``'s context after calibration."""
     curve, ctx = model.engine.decode, _context(load)
     reasons: list[Reason] = []
     budget_ms = model.itl_target_ms / factor
@@ -234,6 +229,46 @@ def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: in
     limit = max(1, min(b_itl, b_kv))
     if curve.itl_ms(limit, ctx).extrapolated:
         reasons.append(Reason.EXTRAPOLATED)
+    return limit, budget_ms, b_kv, itl_bound_by_one, tuple(reasons)
+
+
+def decode_batch_limit(model: SizingModel, load: Load, factor: float = 1.0, mix: LengthMix | None = None) -> int:
+    """The most sequences one decode replica runs at ``load``'s context within the ITL target (after
+    calibration) and its KV: what the pool is sized to hold per replica."""
+    return _decode_limit(model, load, factor, mix)[0]
+
+
+def held_over_target(model: SizingModel, load: Load, running: float, ready: int, horizon_s: float,
+                     factor: float = 1.0, mix: LengthMix | None = None) -> tuple[Load, float]:
+    """(``load`` with the sequences running beyond what ``ready`` replicas hold at the ITL target added as a
+    backlog that drains over ``horizon_s``, that excess).
+
+    Why: the output length engines export is observed when a request *ends* (vLLM's
+    request_generation_tokens), so while a pool runs far over its batch only short answers finish and the
+    mean read is a fraction of the real one (`planner up`: 65 read against 262 sent, 700 sequences on one
+    replica at 40x the ITL target, and the pool sized to one replica for minutes). Throughput cannot say what
+    the demand is either: an overloaded pool's tokens/s is its capacity. What is known for sure is that the
+    excess sequences are served over the ITL target: like requests waiting in the queue (vLLM queues only
+    past ``max_num_seqs``, usually far above the batch that meets the target), they are a backlog.
+    """
+    if ready <= 0 or running <= 0 or horizon_s <= 0:
+        return load, 0.0
+    excess = running - ready * decode_batch_limit(model, load, factor, mix)
+    if excess <= 0:
+        return load, 0.0
+    return Load(load.rate_rps + excess / horizon_s, load.isl_tokens, load.osl_tokens), excess
+
+
+def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000,
+                mix: LengthMix | None = None) -> Sizing:
+    """Smallest decode pool whose batch at the percentile's concurrency meets the ITL target and fits the KV.
+
+    The batch limit per replica is the largest batch whose ITL at the forecast context meets the target
+    (after calibration) and whose KV (ISL + OSL per sequence) fits; concurrency is Little's rate x OSL x ITL.
+    """
+    if load.rate_rps <= 0:
+        return Sizing(0.0, 0, decode_itl_ms(model, load, 0, factor, mix))
+    limit, budget_ms, b_kv, itl_bound_by_one, limit_reasons = _decode_limit(model, load, factor, mix)
 
     def fits(c: int) -> bool:
         # The ITL itself against the budget, not the batch against the largest whole batch meeting it: the
@@ -251,7 +286,7 @@ def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: in
         else:
             lo = mid + 1
     replicas = min(hi, ceiling)
-    return Sizing(float(replicas), replicas, decode_itl_ms(model, load, replicas, factor, mix), (*reasons,))
+    return Sizing(float(replicas), replicas, decode_itl_ms(model, load, replicas, factor, mix), limit_reasons)
 
 
 # ------------------------------------------------------------------------------------------ aggregated

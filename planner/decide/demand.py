@@ -49,6 +49,9 @@ class Demand:
     zero: bool  # zero traffic measured as zero and forecast as zero
     isl_mix: LengthMix | None = None  # the prompt-length mix's shape (None: exponential around the mean)
     quantile: float | None = None  # the forecast quantile sized at (the error budget's headroom)
+    # The decode pool's sequences running now and its ready replicas (what size.py holds against the batch the
+    # ITL target allows: the excess is a backlog); (0, 0): not observed.
+    decode_held: tuple[float, int] = (0.0, 0)
 
     def for_pool(self, pool: Pool) -> Load:
         return {Pool.PREFILL: self.prefill, Pool.DECODE: self.decode}.get(pool, self.load)
@@ -164,7 +167,14 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     if spec.policy.mode is Mode.DISAGGREGATED and not zero:
         p_load = _with_backlog(p_load, _queue(obs, Pool.PREFILL), spec.horizon_s)
         d_load = _with_backlog(d_load, _queue(obs, Pool.DECODE), spec.horizon_s)
-    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q)
+    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q, _held(spec, obs))
+
+
+def _held(spec: DeciderSpec, obs: Observation) -> tuple[float, int]:
+    do = obs.pools.get(Pool.DECODE) if spec.policy.mode is Mode.DISAGGREGATED else None
+    if do is None or not math.isfinite(do.running):
+        return 0.0, 0
+    return max(0.0, do.running), int(do.ready_replicas or 0)
 
 
 def _mix(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -> LengthMix | None:
