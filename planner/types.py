@@ -47,22 +47,6 @@ class Mode(StrEnum):
 
 
 # ----------------------------------------------------------------------------------------------- observe
-def output_length_mean(finished_mean: float | None, generated_tokens: float | None,
-                       started: float) -> float | None:
-    """A window's mean output length: the larger of the finished requests' mean and the tokens the pool generated
-    in the window over the requests that started in it.
-
-    Engines observe a request's output length when it *ends* (vLLM's request_generation_tokens), so while the
-    load rises, or a pool runs over its batch, only short answers have finished and that mean is a fraction of
-    the real one (`planner up`: 65 tokens read, 262 sent). The tokens generated (vllm:generation_tokens_total)
-    count the long answers still decoding too: over a window much longer than a request they carry the mean
-    exactly, at a start they read the mean of lengths capped at what the window let them produce. Each can only
-    under-read while the load rises, so the larger is the nearer; ``None``: neither is known."""
-    flow = generated_tokens / started if generated_tokens is not None and started > 0 else None
-    known = [v for v in (finished_mean, flow) if v is not None and math.isfinite(v) and v > 0]
-    return max(known) if known else None
-
-
 @dataclass(frozen=True)
 class Completions:
     """Requests that *finished* in a window, as a serving frontend counts them (NVIDIA Dynamo's planner sizes

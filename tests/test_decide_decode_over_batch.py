@@ -21,7 +21,6 @@ from tests.support.decide_support import (
     free_policy,
     load_forecast,
     observation,
-    pool_obs,
     spec,
 )
 

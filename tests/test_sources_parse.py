@@ -230,22 +230,3 @@ def test_attainment_on_every_pool_with_a_target() -> None:
     pre, dec = obs.pools["prefill"], obs.pools["decode"]
     assert (pre.ttft_counted, pre.ttft_met, pre.itl_counted, pre.itl_met) == (10, 8, None, None)
     assert (dec.ttft_counted, dec.ttft_met, dec.itl_counted, dec.itl_met) == (None, None, 490, 480)
-
-
-@pytest.mark.parametrize(("generated", "osl_mean"), [
-    (None, 50.0),  # no generation counter: the finished requests' mean (500 / 10)
-    (1800.0, 150.0),  # 1,800 tokens over 12 started: long answers still decoding count
-    (360.0, 50.0),  # fewer than the finished mean says (a window that began mid-answer): the finished mean
-    ("NaN", 50.0),  # a counter that is not finite is not read (never zero)
-])
-def test_output_length_reads_the_tokens_generated_too(generated: float | str | None, osl_mean: float) -> None:
-    obs = read(healthy("decode", generated=generated), ("decode",))
-    assert isinstance(obs, Observation)
-    assert obs.pools["decode"].osl_mean == pytest.approx(osl_mean)
-
-
-def test_output_length_when_nothing_finished_is_the_flow_or_none() -> None:
-    obs = read(healthy("decode", osl_num=0, osl_den=0, generated=600), ("decode",))
-    assert isinstance(obs, Observation) and obs.pools["decode"].osl_mean == pytest.approx(50.0)  # 600 / 12
-    none = read(healthy("decode", osl_num=0, osl_den=0), ("decode",))
-    assert isinstance(none, Observation) and none.pools["decode"].osl_mean is None

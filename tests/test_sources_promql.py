@@ -67,10 +67,6 @@ def test_signals_per_dialect(name: str) -> None:
     sig = pool_signals(d, '{role="decode"}', 60, 1000.0, 30, 300)
     assert {"newest", "fresh", "seen", "completed", "running", "queue", "ttft_p95", "itl_p50"} <= set(sig)
     assert ("kv" in sig) == (d.kv_usage_gauge is not None)
-    # The output tokens generated in the window (the output length without waiting for answers to finish).
-    assert d.generated_counter is not None
-    sel = '{role="decode"}'
-    assert sig["generated"] == f"sum({window_delta(d.generated_counter, sel, '60000ms')})"
     assert all('{role="decode"}' in expr for expr in sig.values())
     assert "970.000" in sig["fresh"]  # fresh = sampled at or after now - stale_after
     # Ready replicas are distinct scrape targets, not engine series (vLLM DP exports one series per engine).

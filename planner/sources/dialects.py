@@ -80,9 +80,6 @@ class Dialect:
     ttft_histogram: str  # seconds; base name, _bucket/_sum/_count appended
     itl_histogram: str  # seconds
     kv_usage_gauge: str | None = None  # None: the dialect has no KV signal (kv_usage stays None)
-    # Output tokens generated (a counter, as scraped): over the window's started requests, the mean output length
-    # without waiting for long answers to finish (types.output_length_mean). None: the finished requests' mean.
-    generated_counter: str | None = None
     kv_usage_scale: float = 1.0  # multiplies the gauge into 0..1
     itl_note: str = ""
     # The label that tells replicas apart: ready replicas are its distinct values among fresh presence
@@ -103,7 +100,6 @@ VLLM = Dialect(
     # Token-weighted (one observation per token gap), the quantity an ITL SLA is written against.
     itl_histogram="vllm:inter_token_latency_seconds",
     kv_usage_gauge="vllm:kv_cache_usage_perc",
-    generated_counter="vllm:generation_tokens_total",
 )
 
 SGLANG = Dialect(
@@ -119,7 +115,6 @@ SGLANG = Dialect(
     ttft_histogram="sglang:time_to_first_token_seconds",
     itl_histogram="sglang:inter_token_latency_seconds",
     kv_usage_gauge="sglang:token_usage",
-    generated_counter="sglang:generation_tokens_total",
 )
 
 DYNAMO = Dialect(
@@ -136,7 +131,6 @@ DYNAMO = Dialect(
     ttft_histogram="dynamo_frontend_time_to_first_token_seconds",
     itl_histogram="dynamo_frontend_inter_token_latency_seconds",
     kv_usage_gauge=None,  # the frontend has no KV view; read the workers' engine dialect for it
-    generated_counter="dynamo_frontend_output_tokens_total",
 )
 
 TRTLLM = Dialect(
@@ -151,7 +145,6 @@ TRTLLM = Dialect(
     ttft_histogram="trtllm_time_to_first_token_seconds",
     itl_histogram="trtllm_time_per_output_token_seconds",
     kv_usage_gauge="trtllm_kv_cache_utilization",
-    generated_counter="trtllm_generation_tokens_total",
     itl_note="TRT-LLM has no ITL histogram: TPOT (one observation per request) stands in, request-weighted",
 )
 

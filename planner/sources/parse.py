@@ -16,7 +16,7 @@ from planner.sources.attainment import attainment
 from planner.sources.dialects import Dialect
 from planner.sources.promql import BOUNDS_SUFFIX, COUNTS_SUFFIX, POOL_LABEL, Q_LABEL, QUANTILES, SLA_LABEL
 from planner.sources.resolution import Resolution, bracket
-from planner.types import NoData, NoDataReason, Observation, PoolObservation, output_length_mean
+from planner.types import NoData, NoDataReason, Observation, PoolObservation
 
 
 class BadResponse(ValueError):
@@ -106,12 +106,6 @@ def _need(vals: Mapping[str, float], pool: str, q: str, what: str) -> float | _P
     return v
 
 
-def _optional(vals: Mapping[str, float], q: str) -> float | None:
-    """A signal the read does without (no series, or not finite: None, never zero)."""
-    v = vals.get(q)
-    return v if v is not None and math.isfinite(v) and v >= 0 else None
-
-
 def _pool(d: Dialect, pool: str, got: PoolSamples, window_s: float, now_s: float, stale_after_s: float,
           targets_ms: Mapping[str, float]) -> PoolObservation | _Problem | None:
     """None: the pool has no series at all (empty or missing, decided by the caller)."""
@@ -141,8 +135,7 @@ def _pool(d: Dialect, pool: str, got: PoolSamples, window_s: float, now_s: float
         requests=started,
         rate_rps=started / window_s,
         isl_mean=need["isl_num"] / need["isl_den"] if need["isl_den"] > 0 else None,
-        osl_mean=output_length_mean(need["osl_num"] / need["osl_den"] if need["osl_den"] > 0 else None,
-                                    _optional(vals, "generated"), started),
+        osl_mean=need["osl_num"] / need["osl_den"] if need["osl_den"] > 0 else None,
         ttft_ms_p50=lat["ttft_p50"], ttft_ms_p95=lat["ttft_p95"], ttft_ms_mean=lat["ttft_mean"],
         itl_ms_p50=lat["itl_p50"], itl_ms_p95=lat["itl_p95"], itl_ms_mean=lat["itl_mean"],
         ttft_ms_at_sla=lat[f"ttft_{SLA_LABEL}"], itl_ms_at_sla=lat[f"itl_{SLA_LABEL}"],

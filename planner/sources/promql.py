@@ -89,8 +89,6 @@ def pool_signals(d: Dialect, sel: str, window_s: float, now_s: float, stale_afte
         "running": f"sum({d.running_gauge}{sel})",
         "queue": f"sum({d.queue_gauge}{sel})",
     }
-    if d.generated_counter is not None:
-        out["generated"] = f"sum({window_delta(d.generated_counter, sel, w)})"
     for i, gauge in enumerate(d.in_system_gauges):
         out[f"in_now_{i}"] = f"sum({gauge}{sel})"
         out[f"in_before_{i}"] = f"sum({gauge}{sel} offset {w})"

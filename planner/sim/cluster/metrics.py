@@ -3,12 +3,9 @@
 What :meth:`SimMetricSource.read` returns is what a Prometheus query over the last ``window_s`` would show:
 - ``requests`` / ``rate_rps``: requests that *entered* the pool in the window (prefill/aggregated: arrivals;
   decode: KV transfers that completed), ``isl_mean`` over those requests;
-- ``osl_mean`` as a live source reads it (types.output_length_mean): the larger of the mean over the requests
-  that *finished* in the window (vLLM's request_generation_tokens is observed when a request ends, so while
-  the load rises or a pool runs over its batch only short answers have finished) and the tokens the pool
-  generated in the window over the requests that entered it (vllm:generation_tokens_total; each request's
-  first token, which prefill makes, counted with it); the prefill pool, which generates no answer, reads the
-  finished requests' mean, as a frontend shows it;
+- ``osl_mean`` over the requests that *finished* in the window, as engines export it (vLLM's
+  request_generation_tokens is observed when a request ends): while the load rises, or a pool runs over its
+  batch, only short answers have finished and the mean read is a fraction of the real one, as it is live;
 - TTFT p50/p95/mean over requests whose first token came in the window; ITL p50/p95/mean over every token
   gap emitted in the window (token-weighted, like the engines' ITL histogram). Both are end-to-end
   (frontend) figures and are reported on every pool;
@@ -35,7 +32,6 @@ from planner.types import (
     Observation,
     PoolObservation,
     buckets_1_2_5,
-    output_length_mean,
 )
 
 # Requests that waited longer than this for their first token are not searched for (bounded read cost).
@@ -146,7 +142,6 @@ class SimMetricSource:
             return NoData(NoDataReason.EMPTY, f"less than one {window_s:g} s window since the replay began",
                           now_s)
         ttft, itl = self.latency(window_s, now_s)
-        seg = self.token_gaps(window_s, now_s)  # the output tokens generated in the window (after each first one)
         done = self.completions(window_s, now_s)
         within = self.within_targets(window_s, now_s)
         pools: dict[str, PoolObservation] = {}
@@ -160,12 +155,10 @@ class SimMetricSource:
             n = len(reqs)
             lengths = np.fromiter((log.isl[i] for i in reqs), dtype=np.float64, count=n)
             isl_mean = float(lengths.mean()) if n else None
-            osl_mean = done.osl_mean if pool == "prefill" else output_length_mean(
-                done.osl_mean, float(seg[:, 2].sum()) + n if n else None, float(n))
             g = c.gauges(pool)
             kv = g["kv_usage"]
             pools[pool] = PoolObservation(
-                requests=float(n), rate_rps=n / window_s, isl_mean=isl_mean, osl_mean=osl_mean,
+                requests=float(n), rate_rps=n / window_s, isl_mean=isl_mean, osl_mean=done.osl_mean,
                 ttft_ms_p50=ttft[0] if ttft else None, ttft_ms_p95=ttft[1] if ttft else None,
                 ttft_ms_mean=ttft[2] if ttft else None,
                 itl_ms_p50=itl[0] if itl else None, itl_ms_p95=itl[1] if itl else None,
