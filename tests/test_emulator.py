@@ -215,9 +215,10 @@ def tiny_model(chunk_tokens: int = 8192, kv_capacity_tokens: int = 10**6, max_ba
     return EngineModel(prefill, decode, chunk_tokens)
 
 
-def run_engine(model: EngineModel, requests: list[tuple[int, int]]) -> EmulatedEngine:
+def run_engine(model: EngineModel, requests: list[tuple[int, int]], kv_from_prefill: bool = False,
+               time_scale: float = 1e-3) -> EmulatedEngine:
     async def main() -> EmulatedEngine:
-        engine = EmulatedEngine(model, VllmMetrics("m", 4096), time_scale=1e-3)
+        engine = EmulatedEngine(model, VllmMetrics("m", 4096), time_scale=time_scale, kv_from_prefill=kv_from_prefill)
         engine.start()
         seqs = [engine.submit(p, o) for p, o in requests]  # one synchronous block: all arrive together
         for seq in seqs:
@@ -245,6 +246,53 @@ def test_scheduler_iterations(model: EngineModel, requests: list[tuple[int, int]
     assert engine.iterations == iterations
     assert [s.generation_tokens for s in engine.served] == [o for _, o in requests]
     assert all(s.finished_reason == "length" for s in engine.served)
+
+
+DECODE_ROLE_CASES = [
+    # A disaggregated decode replica: the prompt's KV comes from prefill, so no iteration computes a prompt and
+    # the first token comes with the first step (the same requests on an engine that prefills: 5, 3 and 10).
+    ("one-request", tiny_model(), [(10, 5)], 5),
+    ("long-prompt-no-chunks", tiny_model(chunk_tokens=8), [(20, 1)], 1),
+    ("max-batch", tiny_model(max_batch=2), [(10, 5)] * 3, 10),
+]
+
+
+@pytest.mark.parametrize(("model", "requests", "iterations"), [c[1:] for c in DECODE_ROLE_CASES],
+                         ids=[c[0] for c in DECODE_ROLE_CASES])
+def test_a_decode_replica_computes_no_prompt(model: EngineModel, requests: list[tuple[int, int]],
+                                            iterations: int) -> None:
+    engine = run_engine(model, requests, kv_from_prefill=True)
+    assert engine.iterations == iterations
+    assert [s.generation_tokens for s in engine.served] == [o for _, o in requests]
+    by_source = engine.metrics.prompt_tokens_by_source
+    assert by_source["external_kv_transfer"]._value.get() == sum(p for p, _ in requests)
+    assert by_source["local_compute"]._value.get() == 0
+
+
+def test_a_decode_replicas_steps_carry_no_prefill_time() -> None:
+    # 9,000 prompt tokens arrive beside a decoding sequence: an engine that prefills them spends the profile's
+    # prefill time (0.9 s, scaled to 45 ms) in the step they share; a decode replica's steps stay decode steps
+    # (10-20 ms, scaled to 0.5-1 ms).
+    prefill = PrefillCurve.from_points([(1, 10.0), (10_000, 1000.0)], 1)  # ms
+    decode = DecodeCurve.from_points([(1, 100, 10.0), (256, 100, 20.0)], 1, 10**6, 256)
+    model = EngineModel(prefill, decode, 16384)
+
+    async def late_long_prompt(kv_from_prefill: bool) -> list[float]:
+        engine = EmulatedEngine(model, VllmMetrics("m", 16384), time_scale=0.05, kv_from_prefill=kv_from_prefill)
+        engine.start()
+        first = engine.submit(10, 20)
+        for _ in range(3):  # decoding by now
+            await first.tokens.get()
+        late = engine.submit(9000, 2)
+        for seq in (first, late):
+            while await seq.tokens.get() is not None:
+                pass
+        await engine.stop()
+        return engine.itl_s
+
+    prefilling, decoding = (asyncio.run(late_long_prompt(kv)) for kv in (False, True))
+    assert max(prefilling) > 0.04
+    assert max(decoding) < 0.01
 
 
 def test_prefill_takes_at_least_the_profile_time() -> None:

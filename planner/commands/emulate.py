@@ -61,7 +61,8 @@ def register(app: typer.Typer) -> None:
         except KeyError as exc:
             raise UserError(f"{profile}: {exc.args[0]}") from None
         served, aliases = served_names(prof.model.name, model_name)
-        app_ = create_app(model, served, time_scale, max_model_len, aliases)
+        # A decode replica gets its prompts' KV from prefill (the router's two-step route), as vLLM with a KV connector.
+        app_ = create_app(model, served, time_scale, max_model_len, aliases, kv_from_prefill=role == Pool.DECODE.value)
         Console(stderr=True).print(f"emulating {prof.model.name} ({role}) on http://{host}:{port} "
                                    f"(time scale {time_scale:g})")
         uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)

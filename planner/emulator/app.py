@@ -60,11 +60,13 @@ class Served:
 
 
 def create_app(engine_model: EngineModel, model_name: str = "emulated", time_scale: float = 1.0,
-               max_model_len: int = 32768, aliases: tuple[str, ...] = ()) -> FastAPI:
+               max_model_len: int = 32768, aliases: tuple[str, ...] = (), kv_from_prefill: bool = False) -> FastAPI:
+    """``kv_from_prefill``: a disaggregated decode replica (its prompts' KV comes from prefill, engine.py)."""
     metrics = VllmMetrics(model_name, max_model_len, cache_labels=cache_info(engine_model.kv_capacity_tokens))
     served = Served(model_name, max_model_len, metrics, int(time.time()),
                     aliases=tuple(a for a in aliases if a != model_name))
-    app = FastAPI(title="planner engine emulator", lifespan=_lifespan(served, engine_model, time_scale))
+    app = FastAPI(title="planner engine emulator",
+                  lifespan=_lifespan(served, engine_model, time_scale, kv_from_prefill))
     app.state.metrics = metrics
     _instrument(app, metrics.registry)
     _add_generation_routes(app, served)
@@ -72,10 +74,11 @@ def create_app(engine_model: EngineModel, model_name: str = "emulated", time_sca
     return app
 
 
-def _lifespan(served: Served, model: EngineModel, time_scale: float) -> Callable[[FastAPI], Any]:
+def _lifespan(served: Served, model: EngineModel, time_scale: float,
+              kv_from_prefill: bool = False) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = EmulatedEngine(model, served.metrics, time_scale)
+        engine = EmulatedEngine(model, served.metrics, time_scale, kv_from_prefill)
         engine.start()
         served.engine = app.state.engine = engine
         yield

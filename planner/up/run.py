@@ -211,6 +211,11 @@ def _print_summary(summary: dict[str, Any], opts: Options, console: Console) -> 
             unit = "requests" if key == "ttft" else "token gaps"
             console.print(f"  {what} within {a['target_ms']:g} ms: {a['within_sla_pct']:g} % of {a['counted']} "
                           f"{unit} ({a['pool']} pool's histogram)")
+            if a.get("interpolated"):
+                lo, hi = a["bucket_ms"]
+                console.print(f"    interpolated in the histogram's ({lo:g}, {hi:g}] ms bucket: the truth is between "
+                              f"{a['within_lower_pct']:g} % (within {lo:g} ms) and {a['within_upper_pct']:g} % "
+                              f"(within {hi:g} ms)")
     table = Table(title="scale events", title_justify="left")
     for col in ("pool", "up", "down", "max ready", "final ready"):
         table.add_column(col)
