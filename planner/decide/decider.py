@@ -21,7 +21,8 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
      batch whose ITL at the forecast context meets ``sla.itl_ms`` and whose KV fits, and replicas from
      Little's concurrency plus its Poisson spread at the percentile, the sequences decode runs now beyond
      that batch on its ready replicas drained as a backlog over the horizon (reason decode_over_batch: the
-     output length engines export is read from finished requests, which an overloaded pool under-reads); aggregated, one pool against both.
+     output length engines export is read from finished requests, which an overloaded pool under-reads);
+     aggregated, one pool against both.
   4. Behaviour (decide/behavior.py): HPA's rules per pool (tolerance, stabilisation windows, rate policies,
      floors, ceilings); a pool missing from the observation or sized from a fallback forecast may scale up
      but not down. The scale-down rules are ``behavior.steady``'s while the forecast's ``rate_cv`` says the
