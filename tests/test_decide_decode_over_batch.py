@@ -56,7 +56,7 @@ def test_the_batch_limit_is_the_largest_batch_within_the_itl_target() -> None:
 def test_no_excess_no_change(running: float, ready: int, horizon_s: float, added_rps: float) -> None:
     s = spec(FREE)
     load = Load(50.0, 1155.0, 211.0)
-    got, excess = held_over_target(s.model, load, running, ready, horizon_s)
+    got, excess = held_over_target(load, running, ready, horizon_s, decode_batch_limit(s.model, load))
     assert (got, excess) == (load, added_rps)
 
 
@@ -64,7 +64,7 @@ def test_the_excess_drains_over_the_horizon() -> None:
     s = spec(FREE)
     load = Load(50.0, 1155.0, 211.0)
     b = decode_batch_limit(s.model, load)
-    got, excess = held_over_target(s.model, load, 2 * b + 300.0, 2, 150.0)
+    got, excess = held_over_target(load, 2 * b + 300.0, 2, 150.0, b)
     assert excess == pytest.approx(300.0)
     assert got == Load(pytest.approx(50.0 + 2.0), 1155.0, 211.0)  # type: ignore[arg-type]
 

@@ -238,10 +238,9 @@ def decode_batch_limit(model: SizingModel, load: Load, factor: float = 1.0, mix:
     return _decode_limit(model, load, factor, mix)[0]
 
 
-def held_over_target(model: SizingModel, load: Load, running: float, ready: int, horizon_s: float,
-                     factor: float = 1.0, mix: LengthMix | None = None) -> tuple[Load, float]:
-    """(``load`` with the sequences running beyond what ``ready`` replicas hold at the ITL target added as a
-    backlog that drains over ``horizon_s``, that excess).
+def held_over_target(load: Load, running: float, ready: int, horizon_s: float, limit: int) -> tuple[Load, float]:
+    """(``load`` with the sequences running beyond what ``ready`` replicas of ``limit`` sequences each hold at the
+    ITL target added as a backlog that drains over ``horizon_s``, that excess).
 
     Why: the output length engines export is observed when a request *ends* (vLLM's
     request_generation_tokens), so while a pool runs far over its batch only short answers finish and the
@@ -251,24 +250,27 @@ def held_over_target(model: SizingModel, load: Load, running: float, ready: int,
     excess sequences are served over the ITL target: like requests waiting in the queue (vLLM queues only
     past ``max_num_seqs``, usually far above the batch that meets the target), they are a backlog.
     """
-    if ready <= 0 or running <= 0 or horizon_s <= 0:
-        return load, 0.0
-    excess = running - ready * decode_batch_limit(model, load, factor, mix)
+    excess = running - ready * limit if ready > 0 and running > 0 and horizon_s > 0 else 0.0
     if excess <= 0:
         return load, 0.0
     return Load(load.rate_rps + excess / horizon_s, load.isl_tokens, load.osl_tokens), excess
 
 
 def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: int = 100_000,
-                mix: LengthMix | None = None) -> Sizing:
+                mix: LengthMix | None = None, held: tuple[float, int, float] | None = None) -> Sizing:
     """Smallest decode pool whose batch at the percentile's concurrency meets the ITL target and fits the KV.
 
     The batch limit per replica is the largest batch whose ITL at the forecast context meets the target
     (after calibration) and whose KV (ISL + OSL per sequence) fits; concurrency is Little's rate x OSL x ITL.
+    ``held``: (sequences running now, ready replicas, horizon s); those beyond the ready replicas' batch limit
+    are a backlog (``held_over_target``, reason decode_over_batch).
     """
+    limit, budget_ms, b_kv, itl_bound_by_one, limit_reasons = _decode_limit(model, load, factor, mix)
+    if held is not None:  # the limit depends on the context alone, so a backlog added to the rate keeps it
+        load, excess = held_over_target(load, *held, limit)
+        limit_reasons += (Reason.DECODE_OVER_BATCH,) if excess > 0 else ()
     if load.rate_rps <= 0:
         return Sizing(0.0, 0, decode_itl_ms(model, load, 0, factor, mix))
-    limit, budget_ms, b_kv, itl_bound_by_one, limit_reasons = _decode_limit(model, load, factor, mix)
 
     def fits(c: int) -> bool:
         # The ITL itself against the budget, not the batch against the largest whole batch meeting it: the

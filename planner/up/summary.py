@@ -69,8 +69,7 @@ def bucket_bounds(cumulative: list[tuple[float, float]], target_ms: float, count
     res = bracket([le for le, _ in cumulative], target_ms)
     if res is None or counted <= 0:
         return {}
-    exact = any(math.isclose(le * 1e3, target_ms) for le, _ in cumulative)
-    if exact:
+    if math.isclose(res.upper_ms, target_ms):  # on a bound (``le`` is inclusive): measured exactly
         return {"interpolated": False}
     low = met_at(cumulative, res.lower_ms / 1e3) if res.lower_ms > 0 else 0.0
     high = met_at(cumulative, res.upper_ms / 1e3) if math.isfinite(res.upper_ms) else counted
