@@ -37,7 +37,9 @@ QUICK_PERIOD_S = 600.0
 # The example's 600 s is longer than the quick run's idle stretches (440 s): there the models never slept.
 # 180 s is over the 120 s start-up a wake costs, and well inside both runs' idle stretches (440 s, 1320 s).
 IDLE_S = 180.0
-FULL_S, QUICK_S = 3600.0, 1200.0  # scored, after a warm-up (as the suite: 600 s, quick 240 s)
+# Scored after a warm-up (as the suite: 600 s, quick 240 s). FULL_S is a bound: the Azure traces end at
+# 3,436-3,502 s, so the full run scores their last 48-50 minutes, as the suite's Azure scenarios do.
+FULL_S, QUICK_S = 3600.0, 1200.0
 WARMUP_S, QUICK_WARMUP_S = 600.0, 240.0
 BURST = (0.55, 1 / 6, 4.0)  # the burst: starts past half the trace, lasts a sixth of it, at 4x the base rate
 # Sized to bind during the burst: the two priority-10 models peak at 33 GPUs (conv 9 prefill + 2 two-GPU

@@ -308,7 +308,8 @@ def entries(s: Scenario, report: dict, quick: bool) -> list[dict]:
     t = report["trace"]
     meta = {"scenario": s.name, "scenario_description": s.description, "quick": quick, "trace_source": t["source"],
             "trace_notes": t["notes"], "rate_scale": s.rate_scale, "warmup_s": t["warmup_s"],
-            "scored_requests": t["scored_requests"], "profile_model": report["sim"]["profile_model"],
+            "scored_requests": t["scored_requests"], "arrival_dispersion_1s": t.get("arrival_dispersion_1s"),
+            "profile_model": report["sim"]["profile_model"],
             "prefill_tp": report["sim"]["prefill_tp"], "decode_tp": report["sim"]["decode_tp"]}
     rows = [*report["policies"].items(), ("offline schedule", ref["offline"])]
     return [{**meta, "policy": name, **p, "gpu_hours_vs_offline": _ratio(p["gpu_hours"], off_h),

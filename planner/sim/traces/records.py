@@ -37,7 +37,7 @@ class RequestTrace:
         lo, hi = np.searchsorted(self.arrival_s, [start_s, end_s], side="left")
         return RequestTrace(self.arrival_s[lo:hi], self.isl[lo:hi], self.osl[lo:hi], self.source, self.notes)
 
-    def summary(self) -> dict[str, float | int | str]:
+    def summary(self) -> dict[str, float | int | str | None]:
         n = len(self)
         dur = self.duration_s
         return {
@@ -50,7 +50,35 @@ class RequestTrace:
             "osl_mean": round(float(self.osl.mean()), 2) if n else 0.0,
             "isl_p99": int(np.percentile(self.isl, 99)) if n else 0,
             "osl_p99": int(np.percentile(self.osl, 99)) if n else 0,
+            "arrival_dispersion_1s": arrival_dispersion(self.arrival_s),
         }
+
+
+# Per-second counts tell queueing apart from Poisson at the scale of a prompt's service (tenths of a second to
+# seconds); a minute is long enough for a steady spread and short enough that a rate that moves over minutes
+# (waves, steps, the day) does not count as burstiness.
+DISPERSION_BIN_S, DISPERSION_WINDOW_S = 1.0, 60.0
+MIN_WINDOW_ARRIVALS = 20  # a minute with fewer arrivals says little about a variance
+
+
+def arrival_dispersion(arrival_s: np.ndarray, bin_s: float = DISPERSION_BIN_S,
+                       window_s: float = DISPERSION_WINDOW_S) -> float | None:
+    """The median over ``window_s`` windows of the index of dispersion (variance / mean) of the arrivals
+    counted per ``bin_s``: 1 for Poisson arrivals, which the prefill sizing's M/G/c queue assumes; above 1 the
+    arrivals come in clumps and a pool sized from the mean rate queues more than predicted (Azure 2023's code
+    trace: about 8). None when no window holds MIN_WINDOW_ARRIVALS."""
+    if len(arrival_s) == 0 or bin_s <= 0 or window_s < 2 * bin_s:
+        return None
+    per_window = int(window_s // bin_s)
+    counts = np.bincount(np.floor((arrival_s - arrival_s[0]) / bin_s).astype(np.int64))
+    whole = len(counts) // per_window * per_window
+    if whole == 0:
+        return None
+    grid = counts[:whole].reshape(-1, per_window).astype(np.float64)
+    busy = grid[grid.sum(axis=1) >= MIN_WINDOW_ARRIVALS]
+    if len(busy) == 0:
+        return None
+    return round(float(np.median(busy.var(axis=1, ddof=1) / busy.mean(axis=1))), 3)
 
 
 @dataclass(frozen=True)
