@@ -11,7 +11,7 @@ trace at its own rate (``load_requests``' superposed copies), cut to its busy wi
 fourfold stretch.
 
 The run is ``planner backtest --fleet``'s (sim/evaluate/fleet_backtest.py): the fleet on its budget, the
-same planners without a shared budget, and static pools at each model's unshared peak.
+same planners without a shared budget, and static pools sized at each model's peak load (its busiest 10 minutes).
 """
 
 from __future__ import annotations
