@@ -30,7 +30,7 @@ from planner.fleet_file import Fleet, FleetMember
 from planner.router.defaults import HOLD_QUEUE, HOLD_TIMEOUT_S
 from planner.sim.evaluate.backtest import sim_setup
 from planner.sim.evaluate.fleet_replay import FleetReplay, fleet_replay
-from planner.sim.evaluate.peak_pool import PeakPool, peak_pool
+from planner.sim.evaluate.peak_pool import PeakPool, peak_pool, trim
 from planner.sim.evaluate.replay import Replay, replay
 from planner.sim.evaluate.scoring import summarise
 from planner.sim.traces.records import RequestTrace
@@ -194,27 +194,24 @@ def _static_min(fleet: Fleet, traces: Mapping[str, RequestTrace], peaks: Mapping
     at a time off a pool (the one with the most GPUs per replica first) while the joint attainment holds at the
     percentile. An oracle (it knows the run's trace, as the suite's offline schedule does): the static pool an
     operator could not size in advance, and the hardest static yardstick. A peak pool that misses stays."""
-    out = {}
-    for m in fleet.members:
-        best = peaks[m.name]
-        pools = best.decisions[-1].pools if best.decisions else {}
-        gpus = {p: pd.gpus_per_replica for p, pd in pools.items()}
-        held = {p: pd.replicas for p, pd in pools.items()}
-        floors = {p: max(1, m.policy.pool(p).min_replicas) for p in held}
-        percentile = m.policy.sla.percentile / 100.0
-        found = _meets(best, m, traces[m.name], percentile)
-        while found:
-            found = False
-            for p in sorted(held, key=lambda p: -gpus[p]):
-                if held[p] <= floors[p]:
-                    continue
-                fewer = {**held, p: held[p] - 1}
-                rep = _static_replay(m, traces[m.name], fewer, gpus, fleet.interval_s, startup_s, kill, warmup_s)
-                if _meets(rep, m, traces[m.name], percentile):
-                    held, best, found = fewer, rep, True
-                    break
-        out[m.name] = best
-    return out
+    return {m.name: _cheapest(m, traces[m.name], peaks[m.name], fleet.interval_s, startup_s, kill, warmup_s)
+            for m in fleet.members}
+
+
+def _cheapest(m: FleetMember, trace: RequestTrace, peak: Replay, interval_s: float, startup_s: float | None,
+              kill: bool, warmup_s: float) -> Replay:
+    pools = peak.decisions[-1].pools if peak.decisions else {}
+    gpus = {p: pd.gpus_per_replica for p, pd in pools.items()}
+    floors = {p: max(1, m.policy.pool(p).min_replicas) for p in pools}
+    percentile = m.policy.sla.percentile / 100.0
+    if not _meets(peak, m, trace, percentile):
+        return peak
+
+    def attempt(fewer: dict[str, int]) -> Replay | None:
+        rep = _static_replay(m, trace, fewer, gpus, interval_s, startup_s, kill, warmup_s)
+        return rep if _meets(rep, m, trace, percentile) else None
+
+    return trim({p: pd.replicas for p, pd in pools.items()}, gpus, floors, attempt)[1] or peak
 
 
 def _meets(rep: Replay, m: FleetMember, trace: RequestTrace, percentile: float) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from planner.sim.traces.records import RequestTrace
 
 PEAK_WINDOW_S = 600.0  # capacity planning's usual grain: 10 minutes (static-yesterday's too)
 LEAD_S = 300.0  # arrivals before the window, run unscored so the window starts on a loaded pool
+R = TypeVar("R")
 MAX_STEPS = 200  # replicas added before giving up (a pool the SLA cannot be met with at any size)
 
 
@@ -90,6 +92,20 @@ def peak_pool(m: FleetMember, trace: RequestTrace, since_s: float,
         s = scores(held)
     if not meets(s):
         return PeakPool(held, gpus, (start, end), s["attainment_joint"], replays)
+    def if_met(fewer: dict[str, int]) -> dict | None:
+        trial = scores(fewer)
+        return trial if meets(trial) else None
+
+    held, smaller = trim(held, gpus, floors, if_met)
+    return PeakPool(held, gpus, (start, end), (smaller or s)["attainment_joint"], replays)
+
+
+def trim(held: Mapping[str, int], gpus: Mapping[str, int], floors: Mapping[str, int],
+         attempt: Callable[[dict[str, int]], R | None]) -> tuple[dict[str, int], R | None]:
+    """A replica at a time off a pool (the one with the most GPUs per replica first, never below its floor)
+    while ``attempt`` of the smaller pool succeeds (its result; None: it missed). The pool it ends at and the
+    last success (None: no replica could go)."""
+    held, last = dict(held), None
     found = True
     while found:
         found = False
@@ -97,11 +113,11 @@ def peak_pool(m: FleetMember, trace: RequestTrace, since_s: float,
             if held[p] <= floors[p]:
                 continue
             fewer = {**held, p: held[p] - 1}
-            trial = scores(fewer)
-            if meets(trial):
-                held, s, found = fewer, trial, True
+            result = attempt(fewer)
+            if result is not None:
+                held, last, found = fewer, result, True
                 break
-    return PeakPool(held, gpus, (start, end), s["attainment_joint"], replays)
+    return held, last
 
 
 def _short_pool(held: Mapping[str, int], s: dict, ceilings: Mapping[str, int]) -> str | None:
