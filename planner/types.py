@@ -269,11 +269,15 @@ class SlaBudget:
     share over a recent window divided by 1 - p (1: the budget lasts exactly the window; 10: a tenth of it).
     """
 
-    remaining: float  # share of the window's allowed misses left (1: none spent; < 0: overspent)
+    remaining: float  # share of the allowed misses of the requests counted so far left (1: none spent; < 0: overspent)
     burn_short: float | None  # over the short window (None: too few requests to tell)
     burn_long: float | None  # over the long window
     attainment: float  # share of the window's requests that met the SLA
     requests: float  # requests counted over the window
+    # Share of the whole window's allowed misses left, while a promise that began less than a window ago (a
+    # replay's scored window) is still young: its requests projected over the window at the pace so far. None:
+    # the window is covered (a rolling one), and it equals ``remaining``.
+    window_remaining: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------- decision

@@ -43,8 +43,20 @@ HEALTHY = SlaBudget(remaining=0.9, burn_short=0.5, burn_long=0.4, attainment=0.9
     pytest.param(None, 0.8, Reason.BUDGET_UNMEASURED, id="unknown-conservative"),
     pytest.param(replace(HEALTHY, burn_short=FAST_BURN + 0.1), 0.8, Reason.BUDGET_BURNING, id="fast-burn"),
     pytest.param(replace(HEALTHY, burn_short=None), 0.8, Reason.BUDGET_UNMEASURED, id="short-window-unknown"),
-    pytest.param(replace(HEALTHY, burn_long=1.2), 0.8, Reason.BUDGET_BURNING, id="slow-burn-over-the-window"),
+    # The long window's slow burn counts while the short window burns too (SRE's multiwindow alert): once the
+    # misses stop, it no longer holds the conservative headroom for the rest of the long window.
+    pytest.param(replace(HEALTHY, burn_long=1.2, burn_short=1.1), 0.8, Reason.BUDGET_BURNING,
+                 id="slow-burn-still-burning"),
+    pytest.param(replace(HEALTHY, burn_long=1.2), 0.5, Reason.BUDGET_LEAN, id="slow-burn-short-window-cooled"),
     pytest.param(replace(HEALTHY, remaining=LOW_REMAINING - 0.01), 0.8, Reason.BUDGET_BURNING, id="nearly-spent"),
+    # A young window's budget is the whole window's: the share of it left decides, not that of the requests so far.
+    pytest.param(replace(HEALTHY, remaining=LOW_REMAINING - 0.01, window_remaining=0.6), 0.5, Reason.BUDGET_LEAN,
+                 id="young-window-most-of-its-budget-left"),
+    pytest.param(replace(HEALTHY, remaining=0.6, window_remaining=LOW_REMAINING - 0.01), 0.8, Reason.BUDGET_BURNING,
+                 id="young-window-nearly-spent"),
+    # Spent so far (below the percentile) recovers however much of the young window's budget is left.
+    pytest.param(replace(HEALTHY, remaining=-0.1, window_remaining=0.5), 0.99, Reason.BUDGET_OVERSPENT,
+                 id="young-window-below-the-percentile"),
     pytest.param(replace(HEALTHY, burn_long=None), 0.5, Reason.BUDGET_LEAN, id="long-window-unknown-short-ok"),
     # Spent: the window's attainment is below the percentile, so above the conservative headroom until it is back.
     pytest.param(replace(HEALTHY, remaining=0.0, burn_short=0.5), 0.99, Reason.BUDGET_OVERSPENT, id="spent"),
@@ -117,6 +129,49 @@ def test_status_over_the_window_with_short_and_long_burn() -> None:
     # Measured for less than the short window: its burn rate is unknown (so no leaning yet).
     young = budget_status([BudgetSample(30.0, 1000.0, 0.0), BudgetSample(60.0, 1000.0, 0.0)], 60.0, 3600.0, 95.0)
     assert young is not None and young.burn_short is None and young.remaining == 1.0
+
+
+def test_a_young_promise_budgets_its_whole_window() -> None:
+    """A promise that began 900 s ago (a replay's scored window): 30 intervals of 1,000 requests, 5 % missing
+    in the first 5 minutes. Its attainment so far is 99.5 % and the hour will bring four times its requests."""
+    samples = [BudgetSample(30.0 * i, 1000.0, 50.0 if i <= 10 else 0.0) for i in range(1, 31)]
+    b = budget_status(samples, 900.0, 3600.0, 95.0, since_s=0.0)
+    assert b is not None
+    assert b.remaining == pytest.approx(1 - 500 / (0.05 * 30_000))  # of the requests counted so far: 0.667
+    assert b.window_remaining == pytest.approx(1 - 500 / (0.05 * 30_000 * 4))  # of the hour's: 0.917
+    # Projected from no less than the short window: at 120 s, as if 300 s had passed (1 - 0.4, not 1 - 0.16).
+    early = budget_status([BudgetSample(30.0 * i, 1000.0, 5.0) for i in range(1, 5)], 120.0, 3600.0, 95.0, 0.0)
+    assert early is not None and early.window_remaining == pytest.approx(1 - 20 / (0.05 * 4000 * 12))
+    # A rolling window (no start), or a promise older than its window: nothing projected.
+    assert budget_status(samples, 900.0, 3600.0, 95.0).window_remaining is None
+    assert budget_status(samples, 900.0, 600.0, 95.0, since_s=0.0).window_remaining is None
+
+
+def test_a_burst_early_in_the_window_leans_again_once_it_stops() -> None:
+    """A burst of misses in a young window's first 3 minutes, then none: recovery while the attainment so far
+    is below the percentile, lean once it is back and the short window has cooled, though the attainment so
+    far is still under the old 'nearly spent' line (of the hour's budget, most is left)."""
+    pol = free_policy(sla={"budget_control": True})
+    burst = [BudgetSample(30.0 * i, 1000.0, 225.0 if i <= 6 else 0.0) for i in range(1, 41)]
+
+    def at(now: float, samples: list[BudgetSample]) -> SlaBudget:
+        b = budget_status([s for s in samples if s.at_s <= now], now, 3600.0, 95.0, since_s=0.0)
+        assert b is not None
+        return b
+
+    assert headroom_quantile(pol, at(360.0, burst)) == (0.99, Reason.BUDGET_OVERSPENT)  # 11 % missed so far
+    b = at(900.0, burst)  # 4.5 % missed so far: 0.1 of the budget of the requests so far, 0.775 of the hour's
+    assert 0.0 < b.remaining < LOW_REMAINING < b.window_remaining
+    assert headroom_quantile(pol, b) == (0.5, Reason.BUDGET_LEAN)
+    assert headroom_quantile(pol, replace(b, window_remaining=None)) == (0.8, Reason.BUDGET_BURNING)  # the old rule
+    # On steady load a spent budget does not recover; the hour's slow burn (6 % so far) holds it conservative
+    # only while the short window burns too.
+    steady = free_policy(sla={"budget_control": True}, behavior={"steady": {"max_rate_cv": 0.3}})
+    heavy = [BudgetSample(30.0 * i, 1000.0, 300.0 if i <= 6 else 0.0) for i in range(1, 41)]
+    b = at(900.0, heavy)
+    assert b.remaining < 0.0 and b.burn_long is not None and b.burn_long > 1.0 and b.burn_short == 0.0
+    assert headroom_quantile(steady, b, rate_cv=0.1) == (0.5, Reason.BUDGET_LEAN)
+    assert headroom_quantile(steady, replace(b, burn_short=1.5), rate_cv=0.1) == (0.8, Reason.BUDGET_BURNING)
 
 
 def test_the_measure_scales_overlapping_reads_and_sums_the_two_miss_shares() -> None:

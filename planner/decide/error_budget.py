@@ -4,10 +4,18 @@ The SLA's percentile p is a budget: over ``sla.window_s`` a share 1 - p of reque
 interval as if it were the worst spends none of it, and pays GPUs for every point of attainment above p. With
 ``sla.budget_control`` on, the decision sizes at ``sla.lean_quantile`` of the forecast while the budget is
 healthy and goes back to ``forecast.quantile`` (the conservative headroom) when it burns fast, as SRE
-burn-rate alerting reads budgets: a short and a long window, burn rate = miss share / (1 - p). Once the
+burn-rate alerting reads budgets: a short and a long window, burn rate = miss share / (1 - p); the long
+window's slow burn counts only while the short window burns too (the workbook's multiwindow alert: once the
+misses stop, the alert resets within the short window instead of holding for the long one). Once the
 window's budget is spent (remaining <= 0: its attainment so far is below p) on bursty load, it sizes at
 ``sla.recover_quantile`` (never below ``forecast.quantile``) until the attainment is back at p: the
 conservative headroom is what let it fall there, so holding it would end the window below the SLA.
+
+A promise that began less than a window ago (a replay's scored window) has a budget of the whole window's
+requests, not only of those counted so far: a burst of misses in its first minutes spends a share of the
+hour's budget, and ``window_remaining`` says how much is left of it (the window's requests projected at the
+pace so far). "Nearly spent" (under LOW_REMAINING) reads that share; "spent" (recovery) still reads the
+attainment so far, so a window that fell below p climbs back before it leans.
 
 Worked example (p95, one hour): 36,000 requests allow 1,800 misses. 300 misses in the last 5 minutes out of
 3,000 requests is a 10 % miss share, a burn rate of 2 over the short window: at that pace the hour's budget is
@@ -83,9 +91,15 @@ def budget_status(samples: Sequence[BudgetSample], now_s: float, window_s: float
     # A short window not yet covered by measurements is unknown: a restarted controller does not lean on a
     # minute of good luck.
     covered = now_s - min(s.at_s for s in recent) >= SHORT_WINDOW_S
+    # A young promise's budget is its whole window's: the requests still to come, at the pace so far, may
+    # miss too (never projected from less than the short window: a minute's pace says little of an hour's).
+    young_s = now_s - start_s if since_s is not None and now_s - since_s < window_s else None
+    window_remaining = (1.0 - missed / (allowed * counted * window_s / max(young_s, SHORT_WINDOW_S))
+                        if young_s is not None else None)
     return SlaBudget(remaining=1.0 - missed / (allowed * counted), attainment=1.0 - missed / counted,
                      burn_short=_burn(recent, now_s - SHORT_WINDOW_S, allowed) if covered else None,
-                     burn_long=_burn(recent, now_s - min(LONG_WINDOW_S, window_s), allowed), requests=counted)
+                     burn_long=_burn(recent, now_s - min(LONG_WINDOW_S, window_s), allowed), requests=counted,
+                     window_remaining=window_remaining)
 
 
 def headroom_quantile(policy: Policy, budget: SlaBudget | None,
@@ -106,8 +120,9 @@ def headroom_quantile(policy: Policy, budget: SlaBudget | None,
         return policy.forecast.quantile, Reason.BUDGET_UNMEASURED
     if budget.remaining <= 0.0 and not policy.behavior.is_steady(rate_cv):
         return max(policy.sla.recover_quantile, policy.forecast.quantile), Reason.BUDGET_OVERSPENT
-    if budget.remaining < LOW_REMAINING or budget.burn_short > FAST_BURN:
+    left = budget.remaining if budget.window_remaining is None else budget.window_remaining
+    if left < LOW_REMAINING or budget.burn_short > FAST_BURN:
         return conservative
-    if budget.burn_long is not None and budget.burn_long > SLOW_BURN:
+    if budget.burn_long is not None and budget.burn_long > SLOW_BURN and budget.burn_short > SLOW_BURN:
         return conservative
     return policy.sla.lean_quantile, Reason.BUDGET_LEAN
