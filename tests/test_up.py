@@ -121,7 +121,8 @@ def test_up_scales_each_pool_up_and_down_and_leaves_no_process(tmp_path: Path) -
     for pool in ("prefill", "decode"):
         events = summary["scale_events"][pool]
         assert events["up"] >= 1 and events["down"] >= 1, (pool, summary["decisions"])
-        assert events["max_ready"] >= 2 and events["final_ready"] == 1, (pool, events)
+        assert events["max_ready"] >= 2 and events["final_ready"] == 1, (
+            pool, events, [d for d in summary["decisions"] if d["pool"] == pool][-6:], snaps[-2]["pools"][pool])
         assert max(s["pools"][pool]["ready"] for s in snaps[:-1]) >= 2  # seen live, not only in the summary
         assert snaps[-2]["pools"][pool]["ready"] == 1
         ups = [d for d in summary["decisions"] if d["pool"] == pool and d["to"] > d["from"]]

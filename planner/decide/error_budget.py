@@ -36,8 +36,9 @@ from planner.types import Observation, Pool, Reason, SlaBudget
 SHORT_WINDOW_S = 300.0  # the fast-burn window (SRE workbook's 5 min / 1 h pair)
 LONG_WINDOW_S = 3600.0  # capped at sla.window_s
 FAST_BURN = 2.0  # short-window burn above this: at this pace the window's budget is gone in half the window
-SLOW_BURN = 1.0  # long-window burn above this: the budget will not last the window
-LOW_REMAINING = 0.25  # under a quarter of the budget left: no more leaning
+# Long-window burn above this, while the short window burns above it too: the budget will not last the window.
+SLOW_BURN = 1.0
+LOW_REMAINING = 0.25  # under a quarter of the window's budget left: no more leaning
 MIN_REQUESTS = 50.0  # fewer requests in a window than this say nothing about a 1-5 % miss share
 
 
