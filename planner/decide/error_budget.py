@@ -94,7 +94,7 @@ def budget_status(samples: Sequence[BudgetSample], now_s: float, window_s: float
     covered = now_s - min(s.at_s for s in recent) >= SHORT_WINDOW_S
     # A young promise's budget is its whole window's: the requests still to come, at the pace so far, may
     # miss too (never projected from less than the short window: a minute's pace says little of an hour's).
-    young_s = now_s - start_s if since_s is not None and now_s - since_s < window_s else None
+    young_s = now_s - since_s if since_s is not None and now_s - since_s < window_s else None
     window_remaining = (1.0 - missed / (allowed * counted * window_s / max(young_s, SHORT_WINDOW_S))
                         if young_s is not None else None)
     return SlaBudget(remaining=1.0 - missed / (allowed * counted), attainment=1.0 - missed / counted,

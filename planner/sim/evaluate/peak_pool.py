@@ -92,6 +92,7 @@ def peak_pool(m: FleetMember, trace: RequestTrace, since_s: float,
         s = scores(held)
     if not meets(s):
         return PeakPool(held, gpus, (start, end), s["attainment_joint"], replays)
+
     def if_met(fewer: dict[str, int]) -> dict | None:
         trial = scores(fewer)
         return trial if meets(trial) else None
