@@ -8,9 +8,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.bench.fleet import BUSY_S, MODELS, PERIOD_S, QUICK_PERIOD_S, bench_fleet, model_trace
+from planner.bench.fleet import (
+    BURST,
+    BURST_S,
+    BUSY_S,
+    CODE,
+    CONV,
+    DAY_S,
+    MODELS,
+    PERIOD_S,
+    QUICK_PERIOD_S,
+    bench_fleet,
+    day_length,
+    day_shape,
+    day_trace,
+    day_warmup,
+    model_trace,
+)
 from planner.bench.scenarios import default_traces_dir
 from planner.cli import run
+from planner.errors import UserError
 
 
 def _traces() -> Path:
@@ -115,3 +132,71 @@ def test_bench_fleet_quick_reports_the_fleet(tmp_path: Path, capsys) -> None:  #
     assert report["checks"]["gpu_hours_vs_static_min"] == pytest.approx(
         f["gpu_hours"] / comp["static_min"]["gpu_hours"], rel=1e-3)
     assert "Targets: high-priority SLAs met while the budget binds: " in " ".join(out.split())
+
+
+# ------------------------------------------------------------------------------------------- the whole day
+def test_a_day_follows_servegens_day_with_its_peak_at_the_hours_rate() -> None:
+    """`--day`: each model's arrivals follow ServeGen's day 2 played 8x faster (the rate per simulated window
+    tracks the day's, the busiest window at the hour's rate), and keep the Azure trace's lengths."""
+    folder = _traces()
+    m = next(m for m in MODELS if m.name == "conv-large")
+    length, warm = day_length(False), day_warmup(False)
+    assert length == warm + DAY_S == 600.0 + 10800.0
+    t = day_trace(m, folder, length, warm, 0)
+    starts, share = day_shape(folder, length, warm)
+    assert share.max() == 1.0 and 0.1 < share.min() < 0.3  # the day's trough is a fifth of its peak
+    assert np.allclose(np.diff(starts), 75.0)  # a 10-minute window lasts 75 s
+    hour = model_trace(m, folder, 3600.0, 0)
+    hour_rps = len(hour.window(600.0, 3400.0)) / 2800.0
+    # Per simulated hour-long stretch the rate is the hour's rate times the day's mean share over it.
+    for lo in (600.0, 4200.0, 7800.0):
+        w = (starts >= lo) & (starts < lo + 3600.0)
+        want = hour_rps * float(share[w].mean())
+        assert len(t.window(lo, lo + 3600.0)) / 3600.0 == pytest.approx(want, rel=0.12), lo
+    # Its lengths are Azure conversation's (not the ServeGen format's synthetic ones).
+    assert np.median(t.isl) == pytest.approx(np.median(hour.isl), rel=0.1)
+    assert t.arrival_s.min() >= 0 and t.arrival_s.max() < length and (np.diff(t.arrival_s) >= 0).all()
+
+
+def test_a_day_keeps_the_sparse_windows_and_the_burst() -> None:
+    folder = _traces()
+    length, warm = day_length(False), day_warmup(False)
+    sparse = next(m for m in MODELS if m.busy_phase is not None)
+    t = day_trace(sparse, folder, length, warm, 0).arrival_s
+    assert t.max() - t.min() > 4 * PERIOD_S and ((t - sparse.busy_phase * PERIOD_S) % PERIOD_S < BUSY_S).all()
+    burst = next(m for m in MODELS if m.burst)
+    b = day_trace(burst, folder, length, warm, 0).arrival_s
+    start = BURST[0] * length
+    inside = np.count_nonzero((b >= start) & (b < start + BURST_S)) / BURST_S
+    before = np.count_nonzero((b >= start - BURST_S) & (b < start)) / BURST_S
+    after = np.count_nonzero((b >= start + BURST_S) & (b < start + 2 * BURST_S)) / BURST_S
+    assert inside > 2.5 * before and inside > 2.5 * after
+
+
+def test_a_day_fleet_is_the_same_fleet() -> None:
+    hour, _ = bench_fleet(quick=True, traces_dir=_traces())
+    day, traces = bench_fleet(quick=True, traces_dir=_traces(), day=True)
+    assert hour.names() == day.names() and hour.max_gpus == day.max_gpus
+    assert all(t.arrival_s.max() < day_length(True) for t in traces.values())
+
+
+def test_a_day_without_servegens_rates_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "azure2023").mkdir()
+    for f in (CONV, CODE):
+        (tmp_path / f).write_bytes((_traces() / f).read_bytes())
+    bench_fleet(quick=True, traces_dir=tmp_path)  # the hour needs only Azure's
+    with pytest.raises(UserError, match="servegen/aggregate_rate_language_m-large.csv"):
+        bench_fleet(quick=True, traces_dir=tmp_path, day=True)
+
+
+@pytest.mark.slow
+def test_bench_fleet_quick_day_reports_the_day(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    _traces()
+    rc = run(["bench", "fleet", "--quick", "--day", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert rc == 0 and report["command"].endswith("--day")
+    assert report["day"] == {"trace": "servegen/aggregate_rate_language_m-large.csv", "compress": 8.0,
+                             "scored_s": 1200.0}
+    assert report["checks"]["failed_requests"] == 0 and len(report["policies"]) == len(MODELS)
+    assert report["fleet"]["gpu_hours"] < report["comparisons"]["static_peak"]["gpu_hours"]
+    assert "# Fleet backtest" in capsys.readouterr().out

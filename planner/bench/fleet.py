@@ -10,6 +10,15 @@ traces folder (``scenarios.default_traces_dir()``): each model is a seeded draw 
 trace at its own rate (``load_requests``' superposed copies), cut to its busy windows or spliced with a
 fourfold stretch.
 
+``day``: the same fleet over a whole day. Every model's arrivals follow ServeGen m-large's day 2 (its 10-minute
+aggregate rates, the suite's servegen-day), played 8x faster as that scenario plays it (a 10-minute window lasts
+75 s, the day 3 hours of simulated time, after a 10-minute warm-up from the end of day 1), scaled so the day's
+busiest window is the hour's rate: each model's hour of Azure requests is drawn again to cover the day (fresh
+seeds, one draw per hour of simulated time) and thinned by the day's rate over its peak, so the requests keep
+their Azure lengths and minute-scale burstiness and the fleet's peak needs stay the hour's (the budget too).
+The sparse models keep their busy windows (8 minutes of every 30 of simulated time) and the burst its 10
+minutes at 4x, past half the day.
+
 The run is ``planner backtest --fleet``'s (sim/evaluate/fleet_backtest.py): the fleet on its budget, the
 same planners without a shared budget, and static pools sized at each model's peak load (its busiest 10 minutes).
 """
@@ -26,7 +35,7 @@ from planner.errors import UserError
 from planner.fleet_file import Fleet, FleetBudget, FleetMember
 from planner.policy_file import load_policy
 from planner.profile import Profile, load_profile
-from planner.sim.traces.loaders import load_requests
+from planner.sim.traces.loaders import load_rate_windows, load_requests
 from planner.sim.traces.records import RequestTrace
 
 CONV = "azure2023/AzureLLMInferenceTrace_conv.csv"
@@ -50,6 +59,14 @@ BUDGET_GPUS = 44
 # above their floors for the 24 they want, clamped by lower priorities' floors. At 56 the burst binds there
 # (the same planners without the budget reach 61) and the priority-10 models keep their sizes.
 NO_ZERO_BUDGET_GPUS = 56
+
+
+# The day (``day``): ServeGen m-large's aggregate rates, the suite's servegen-day (day 2, played 8x faster).
+SERVEGEN = "servegen/aggregate_rate_language_m-large.csv"
+DAY_REAL_S, DAY_COMPRESS = 86400.0, 8.0
+DAY_S = DAY_REAL_S / DAY_COMPRESS  # scored: 3 hours of simulated time
+HOUR_DRAW_S = 3400.0  # one Azure hour's draw covers this much (the traces end at 3,436-3,502 s)
+BURST_S = 600.0  # the day's burst: 10 minutes of simulated time, as in the hour
 
 
 def default_budget(zero: bool = True) -> int:
@@ -97,15 +114,75 @@ def model_trace(m: FleetModel, traces_dir: Path, length_s: float, seed: int, per
     return base
 
 
+def day_shape(traces_dir: Path, length_s: float, warmup_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(window starts in simulated s, rate over the run's peak): ServeGen's day 2 after ``warmup_s`` of day 1's
+    end, played DAY_COMPRESS x faster, cut to ``length_s`` of simulated time."""
+    w = load_rate_windows(traces_dir / SERVEGEN)
+    start = DAY_REAL_S - warmup_s * DAY_COMPRESS
+    keep = (w.window_start_s >= start) & (w.window_start_s < start + length_s * DAY_COMPRESS)
+    rate = w.rate_rps[keep]
+    return (w.window_start_s[keep] - start) / DAY_COMPRESS, rate / float(np.max(rate))
+
+
+def _hour_draw(m: FleetModel, traces_dir: Path, seed: int, offset_s: float, burst_s: float
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival s, ISL, OSL) of one draw of ``m``'s Azure hour from ``offset_s``; a burst model's
+    [burst_s, burst_s + BURST_S) comes from a draw at BURST[2] x its rate instead."""
+    base = load_requests(traces_dir / m.trace_file, "azure", rate_scale=m.rate_scale, seed=seed, duration_s=HOUR_DRAW_S)
+    at = base.arrival_s + offset_s
+    if not m.burst or not offset_s - BURST_S < burst_s < offset_s + HOUR_DRAW_S:
+        return at, base.isl, base.osl
+    hot = load_requests(traces_dir / m.trace_file, "azure", rate_scale=m.rate_scale * BURST[2], seed=seed + 1000,
+                        duration_s=HOUR_DRAW_S)
+    hot_at = hot.arrival_s + offset_s
+    keep = (at < burst_s) | (at >= burst_s + BURST_S)
+    inside = (hot_at >= burst_s) & (hot_at < burst_s + BURST_S)
+    return (np.concatenate([at[keep], hot_at[inside]]), np.concatenate([base.isl[keep], hot.isl[inside]]),
+            np.concatenate([base.osl[keep], hot.osl[inside]]))
+
+
+def day_trace(m: FleetModel, traces_dir: Path, length_s: float, warmup_s: float, seed: int,
+              period_s: float = PERIOD_S) -> RequestTrace:
+    """``m``'s requests over the day: its Azure hour drawn again for every HOUR_DRAW_S of simulated time (a burst
+    model's burst spliced in past half the day), thinned by the day's rate over its peak (``day_shape``), then
+    cut to its busy windows."""
+    starts, share = day_shape(traces_dir, length_s, warmup_s)
+    burst_s = BURST[0] * length_s
+    draws = [_hour_draw(m, traces_dir, seed + 7919 * k, k * HOUR_DRAW_S, burst_s)
+             for k in range(int(np.ceil(length_s / HOUR_DRAW_S)))]
+    at, isl, osl = (np.concatenate([d[i] for d in draws]) for i in range(3))
+    window = np.clip(np.searchsorted(starts, at, side="right") - 1, 0, len(starts) - 1)
+    keep = (at < length_s) & (np.random.default_rng(seed).random(len(at)) < share[window])
+    if m.busy_phase is not None:
+        phase, busy = m.busy_phase * period_s, BUSY_S / PERIOD_S * period_s
+        keep &= ((at - phase) % period_s) < busy
+    order = np.argsort(at[keep], kind="stable")
+    note = (f"ServeGen m-large day 2 x{DAY_COMPRESS:g} faster, its peak at the hour's rate x{m.rate_scale:g}"
+            + (f", busy {BUSY_S:g} s of every {period_s:g} s" if m.busy_phase is not None else "")
+            + (f", x{BURST[2]:g} over {BURST_S:g} s from {burst_s:g} s" if m.burst else ""))
+    return RequestTrace(at[keep][order], isl[keep][order], osl[keep][order], f"{m.trace_file} + {SERVEGEN}", note)
+
+
+def day_warmup(quick: bool) -> float:
+    return QUICK_WARMUP_S if quick else WARMUP_S
+
+
+def day_length(quick: bool) -> float:
+    """The day's run in simulated s, warm-up included (``quick``: the warm-up and the day's first 20 minutes)."""
+    return day_warmup(quick) + (QUICK_S if quick else DAY_S)
+
+
 def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus: int | None = None,
                 seed: int = 0, zero: bool = True, idle_s: float = IDLE_S,
-                wake_first: bool = True, wake_after_s: float | None = None) -> tuple[Fleet, dict[str, RequestTrace]]:
+                wake_first: bool = True, wake_after_s: float | None = None, day: bool = False
+                ) -> tuple[Fleet, dict[str, RequestTrace]]:
     """The fleet and its traces (one per model); ``zero``: the sparse models scale to zero (min_replicas 0,
-    after ``idle_s`` without a request) between their busy windows."""
+    after ``idle_s`` without a request) between their busy windows; ``day``: over a whole day (``day_trace``)."""
     folder = traces_dir or default_traces_dir()
-    if folder is None or not all((folder / f).exists() for f in (CONV, CODE)):
-        raise UserError(f"traces: {CONV} and {CODE} are needed under {folder or 'profiles/traces'}; pass the folder "
-                        "that holds azure2023/", key="traces")
+    needed = (CONV, CODE, SERVEGEN) if day else (CONV, CODE)
+    if folder is None or not all((folder / f).exists() for f in needed):
+        raise UserError(f"traces: {', '.join(needed)} are needed under {folder or 'profiles/traces'}; pass the "
+                        "folder that holds them", key="traces")
     policy = load_policy(EXAMPLE_POLICY)
     shipped = load_profile(Path(policy.profile) if Path(policy.profile).is_absolute()
                            else EXAMPLE_POLICY.parent.parent / policy.profile)
@@ -123,7 +200,9 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
                                                "pools": {p: {**own.pool(p).model_dump(by_alias=True), "min_replicas": 0}
                                                          for p in own.pool_names()}})
         members.append(FleetMember(own, profile, m.priority, EXAMPLE_POLICY))
-        traces[m.name] = model_trace(m, folder, length, seed + i, QUICK_PERIOD_S if quick else PERIOD_S)
+        period = QUICK_PERIOD_S if quick else PERIOD_S
+        traces[m.name] = (day_trace(m, folder, day_length(quick), day_warmup(quick), seed + i, period) if day
+                          else model_trace(m, folder, length, seed + i, period))
     floors = sum(mem.floor_gpus for mem in members)
     budget_gpus = default_budget(zero) if budget_gpus is None else budget_gpus
     if budget_gpus < floors:

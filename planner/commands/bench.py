@@ -302,6 +302,9 @@ def bench_fleet_cmd(
     wake_after_s: Annotated[float | None, typer.Option("--wake-after-s", min=0.0, max=3600.0, help="fleet.yaml's "
                                                        "budget.wake_after_s: how long a sleeping model's traffic "
                                                        "waits for its priority before it wakes first (default 120)")] = None,
+    day: Annotated[bool, typer.Option("--day", help="the same fleet over a whole day: every model's arrivals follow "
+                                      "ServeGen m-large's day 2 (the suite's servegen-day, 8x faster: 3 hours of "
+                                      "simulated time), its busiest 10 minutes at the hour's rate")] = False,
 ) -> None:
     """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones): per model
     attainment and GPU-hours, the fleet's GPU-hours and peak against its budget, against the same planners
@@ -309,14 +312,24 @@ def bench_fleet_cmd(
     import json
     import time
 
-    from planner.bench.fleet import IDLE_S, MODELS, QUICK_WARMUP_S, WARMUP_S, bench_fleet
+    from planner.bench.fleet import (
+        DAY_COMPRESS,
+        IDLE_S,
+        MODELS,
+        QUICK_WARMUP_S,
+        SERVEGEN,
+        WARMUP_S,
+        bench_fleet,
+        day_length,
+        day_warmup,
+    )
     from planner.commands.progress import phase_progress
     from planner.sim.evaluate.fleet_backtest import fleet_markdown, run_fleet_backtest
 
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
     fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero, IDLE_S if idle_s is None else idle_s,
-                                      wake_first, wake_after_s)
+                                      wake_first, wake_after_s, day)
     console = Console()
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
@@ -325,11 +338,14 @@ def bench_fleet_cmd(
     report = result.report
     report["models"] = {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale, "sparse": m.busy_phase is not None,
                                  "burst": m.burst, "code_profile": m.code} for m in MODELS}
+    if day:
+        report["day"] = {"trace": SERVEGEN, "compress": DAY_COMPRESS, "scored_s": day_length(quick) - day_warmup(quick)}
     report["command"] = " ".join(["planner bench fleet", *(["--quick"] if quick else []),
                                   *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
                                   *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else []),
                                   *([] if wake_first else ["--no-wake-first"]),
-                                  *([f"--wake-after-s {wake_after_s:g}"] if wake_after_s is not None else [])])
+                                  *([f"--wake-after-s {wake_after_s:g}"] if wake_after_s is not None else []),
+                                  *(["--day"] if day else [])])
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))
