@@ -28,6 +28,7 @@ from planner.bench.fleet import (
 from planner.bench.scenarios import default_traces_dir
 from planner.cli import run
 from planner.errors import UserError
+from planner.sim.evaluate.fleet_plot import static_gpus
 
 
 def _traces() -> Path:
@@ -199,4 +200,11 @@ def test_bench_fleet_quick_day_reports_the_day(tmp_path: Path, capsys) -> None: 
                              "scored_s": 1200.0}
     assert report["checks"]["failed_requests"] == 0 and len(report["policies"]) == len(MODELS)
     assert report["fleet"]["gpu_hours"] < report["comparisons"]["static_peak"]["gpu_hours"]
-    assert "# Fleet backtest" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "# Fleet backtest" in out and f"wrote {tmp_path / 'fleet.png'}" in " ".join(out.split())
+    assert (tmp_path / "fleet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The plot's static line: every model's peak pool held together, the static run's own peak.
+    fleet, _ = bench_fleet(quick=True, traces_dir=_traces(), day=True)
+    assert static_gpus(fleet, report) == report["comparisons"]["static_peak"]["max_gpus_used"]
+    rc = run(["bench", "fleet", "--quick", "--day", "--no-plots", "--out", str(tmp_path / "bare")])
+    assert rc == 0 and not (tmp_path / "bare" / "fleet.png").exists()

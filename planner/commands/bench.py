@@ -305,6 +305,7 @@ def bench_fleet_cmd(
     day: Annotated[bool, typer.Option("--day", help="the same fleet over a whole day: every model's arrivals follow "
                                       "ServeGen m-large's day 2 (the suite's servegen-day, 8x faster: 3 hours of "
                                       "simulated time), its busiest 10 minutes at the hour's rate")] = False,
+    no_plots: Annotated[bool, typer.Option("--no-plots", help="skip fleet.png")] = False,
 ) -> None:
     """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones): per model
     attainment and GPU-hours, the fleet's GPU-hours and peak against its budget, against the same planners
@@ -353,6 +354,10 @@ def bench_fleet_cmd(
     (out / "report.md").write_text(md)
     console.print(md, markup=False, highlight=False)
     console.print(f"wrote {out / 'report.json'}")
+    if not no_plots:
+        from planner.sim.evaluate.fleet_plot import plot_fleet
+
+        console.print(f"wrote {plot_fleet(out / 'fleet.png', result, fleet, model_traces)}")
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -113,6 +113,10 @@ def fleet_backtest(fleet_path: Path, given: list[str], out: Path, *, format: str
     (out / "report.md").write_text(md)
     console.print(md, markup=False, highlight=False)
     console.print(f"wrote {out / 'report.json'}\nwrote {out / 'report.md'}")
+    if not no_plots:
+        from planner.sim.evaluate.fleet_plot import plot_fleet
+
+        console.print(f"wrote {plot_fleet(out / 'fleet.png', result, fleet, traces)}")
     return report
 
 
