@@ -14,7 +14,6 @@ from planner.bench.fleet import (
     BUSY_S,
     CODE,
     CONV,
-    DAY_S,
     MODELS,
     PERIOD_S,
     QUICK_PERIOD_S,
@@ -141,10 +140,10 @@ def test_a_day_follows_servegens_day_with_its_peak_at_the_hours_rate() -> None:
     tracks the day's, the busiest window at the hour's rate), and keep the Azure trace's lengths."""
     folder = _traces()
     m = next(m for m in MODELS if m.name == "conv-large")
-    length, warm = day_length(False), day_warmup(False)
-    assert length == warm + DAY_S == 600.0 + 10800.0
-    t = day_trace(m, folder, length, warm, 0)
-    starts, share = day_shape(folder, length, warm)
+    length, warm = day_length(False, 8.0), day_warmup(False)
+    assert length == warm + 86400.0 / 8 == 600.0 + 10800.0
+    t = day_trace(m, folder, length, warm, 0, compress=8.0)
+    starts, share = day_shape(folder, length, warm, 8.0)
     assert share.max() == 1.0 and 0.1 < share.min() < 0.3  # the day's trough is a fifth of its peak
     assert np.allclose(np.diff(starts), 75.0)  # a 10-minute window lasts 75 s
     hour = model_trace(m, folder, 3600.0, 0)
@@ -161,17 +160,39 @@ def test_a_day_follows_servegens_day_with_its_peak_at_the_hours_rate() -> None:
 
 def test_a_day_keeps_the_sparse_windows_and_the_burst() -> None:
     folder = _traces()
-    length, warm = day_length(False), day_warmup(False)
+    length, warm = day_length(False, 8.0), day_warmup(False)
     sparse = next(m for m in MODELS if m.busy_phase is not None)
-    t = day_trace(sparse, folder, length, warm, 0).arrival_s
+    t = day_trace(sparse, folder, length, warm, 0, compress=8.0).arrival_s
     assert t.max() - t.min() > 4 * PERIOD_S and ((t - sparse.busy_phase * PERIOD_S) % PERIOD_S < BUSY_S).all()
     burst = next(m for m in MODELS if m.burst)
-    b = day_trace(burst, folder, length, warm, 0).arrival_s
+    b = day_trace(burst, folder, length, warm, 0, compress=8.0).arrival_s
     start = BURST[0] * length
     inside = np.count_nonzero((b >= start) & (b < start + BURST_S)) / BURST_S
     before = np.count_nonzero((b >= start - BURST_S) & (b < start)) / BURST_S
     after = np.count_nonzero((b >= start + BURST_S) & (b < start + 2 * BURST_S)) / BURST_S
     assert inside > 2.5 * before and inside > 2.5 * after
+
+
+def test_the_real_day_plays_servegens_windows_at_their_own_length() -> None:
+    """``--compress 1``: a 10-minute window lasts 10 minutes, the day 24 hours, at the same per-second rates."""
+    folder = _traces()
+    length = day_length(False, 1.0)
+    assert length == 600.0 + 86400.0
+    starts, share = day_shape(folder, length, 600.0, 1.0)
+    fast_starts, fast_share = day_shape(folder, day_length(False, 8.0), 600.0, 8.0)
+    assert np.allclose(np.diff(starts), 600.0) and len(starts) == 1 + 144  # a warm-up window, then day 2's 144
+    assert np.allclose(share[-144:], fast_share[-144:]) and np.allclose(starts[-144:] - 600.0, 8.0 * (fast_starts[-144:] - 600.0))
+    m = next(m for m in MODELS if m.name == "conv-large")
+    t = day_trace(m, folder, length, 600.0, 0, compress=1.0)
+    fast = day_trace(m, folder, day_length(False, 8.0), 600.0, 0, compress=8.0)
+    assert t.arrival_s.max() > 0.95 * length and len(t) > 7 * len(fast)
+
+
+def test_compress_is_for_the_day_only(capsys) -> None:  # noqa: ANN001
+    rc = run(["bench", "fleet", "--quick", "--compress", "2"])
+    assert rc == 2 and "--compress: only with --day" in capsys.readouterr().err
+    rc = run(["bench", "fleet", "--quick", "--day", "--compress", "0.5"])
+    assert rc == 2 and "--compress" in capsys.readouterr().err
 
 
 def test_a_day_fleet_is_the_same_fleet() -> None:
@@ -196,7 +217,7 @@ def test_bench_fleet_quick_day_reports_the_day(tmp_path: Path, capsys) -> None: 
     rc = run(["bench", "fleet", "--quick", "--day", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "report.json").read_text())
     assert rc == 0 and report["command"].endswith("--day")
-    assert report["day"] == {"trace": "servegen/aggregate_rate_language_m-large.csv", "compress": 8.0,
+    assert report["day"] == {"trace": "servegen/aggregate_rate_language_m-large.csv", "compress": 1.0,
                              "scored_s": 1200.0}
     assert report["checks"]["failed_requests"] == 0 and len(report["policies"]) == len(MODELS)
     assert report["fleet"]["gpu_hours"] < report["comparisons"]["static_peak"]["gpu_hours"]

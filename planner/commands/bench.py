@@ -303,8 +303,11 @@ def bench_fleet_cmd(
                                                        "budget.wake_after_s: how long a sleeping model's traffic "
                                                        "waits for its priority before it wakes first (default 120)")] = None,
     day: Annotated[bool, typer.Option("--day", help="the same fleet over a whole day: every model's arrivals follow "
-                                      "ServeGen m-large's day 2 (the suite's servegen-day, 8x faster: 3 hours of "
-                                      "simulated time), its busiest 10 minutes at the hour's rate")] = False,
+                                      "ServeGen m-large's day 2 (the suite's servegen-day), its busiest 10 minutes "
+                                      "at the hour's rate")] = False,
+    compress: Annotated[float | None, typer.Option("--compress", min=1.0, max=96.0, help="with --day: the day played "
+                                                   "this many times faster (default 1: as recorded, 7 minutes a run "
+                                                   "on 2 cores; 8: 3 hours of simulated time, 40 s)")] = None,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip fleet.png")] = False,
 ) -> None:
     """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones): per model
@@ -329,8 +332,11 @@ def bench_fleet_cmd(
 
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
+    if compress is not None and not day:
+        raise UserError("--compress: only with --day (the hour is played as recorded)")
+    squeeze = DAY_COMPRESS if compress is None else compress
     fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero, IDLE_S if idle_s is None else idle_s,
-                                      wake_first, wake_after_s, day)
+                                      wake_first, wake_after_s, day, squeeze)
     console = Console()
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
@@ -340,13 +346,15 @@ def bench_fleet_cmd(
     report["models"] = {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale, "sparse": m.busy_phase is not None,
                                  "burst": m.burst, "code_profile": m.code} for m in MODELS}
     if day:
-        report["day"] = {"trace": SERVEGEN, "compress": DAY_COMPRESS, "scored_s": day_length(quick) - day_warmup(quick)}
+        report["day"] = {"trace": SERVEGEN, "compress": squeeze,
+                         "scored_s": day_length(quick, squeeze) - day_warmup(quick)}
     report["command"] = " ".join(["planner bench fleet", *(["--quick"] if quick else []),
                                   *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
                                   *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else []),
                                   *([] if wake_first else ["--no-wake-first"]),
                                   *([f"--wake-after-s {wake_after_s:g}"] if wake_after_s is not None else []),
-                                  *(["--day"] if day else [])])
+                                  *(["--day"] if day else []),
+                                  *([f"--compress {compress:g}"] if compress is not None else [])])
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))
