@@ -200,6 +200,11 @@ def test_a_day_fleet_is_the_same_fleet() -> None:
     day, traces = bench_fleet(quick=True, traces_dir=_traces(), day=True)
     assert hour.names() == day.names() and hour.max_gpus == day.max_gpus
     assert all(t.arrival_s.max() < day_length(True) for t in traces.values())
+    # The percentile is promised over the day as the day is scored; over the hour, the example's hour.
+    assert {m.policy.sla.window_s for m in day.members} == {day_length(True) - day_warmup(True)}
+    whole, _ = bench_fleet(traces_dir=_traces(), day=True, compress=8.0)
+    assert {m.policy.sla.window_s for m in whole.members} == {86400.0 / 8}
+    assert {m.policy.sla.window_s for m in hour.members} == {3600.0}
 
 
 def test_a_day_without_servegens_rates_is_refused(tmp_path: Path) -> None:

@@ -101,6 +101,8 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
         setups[m.name] = (ctx, replace(cfg, hold_timeout_s=hold_timeout_s, hold_queue=hold_queue))
     initial = _fitted_initial(fleet, {n: dict(ctx.initial) for n, (ctx, _) in setups.items()}, budget)
     controllers = {m.name: make_planner_controller(m.policy, m.profile, None, initial[m.name]) for m in fleet.members}
+    for own in controllers.values():  # the SLA's window is the scored one, the warm-up's transient not spent from it
+        own.budget_since_s = warmup_s  # (as replay() sets it for a single policy)
     planner = FleetPlanner(fleet, controllers, max_gpus=budget)
     clusters = {n: Cluster(traces[n], fleet.member(n).profile, cfg, initial[n]) for n, (_, cfg) in setups.items()}
     sources = {n: SimMetricSource(c) for n, c in clusters.items()}
