@@ -310,9 +310,10 @@ def bench_fleet_cmd(
                                                    "on 2 cores; 8: 3 hours of simulated time, 40 s)")] = None,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip fleet.png")] = False,
 ) -> None:
-    """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones): per model
-    attainment and GPU-hours, the fleet's GPU-hours and peak against its budget, against the same planners
-    without a shared budget and static pools at each model's peak; writes report.json."""
+    """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones) over the Azure
+    hour or, with --day, a whole day: per model attainment and GPU-hours, the fleet's GPU-hours and peak against
+    its budget, against the same planners without a shared budget and static pools at each model's peak;
+    writes report.json, report.md and fleet.png."""
     import json
     import time
 
