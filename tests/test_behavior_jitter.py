@@ -110,3 +110,17 @@ def test_a_scale_up_after_a_scale_down_in_the_period_is_capped_from_the_period_s
                      scale_down=ScalingRules(policies=[ScalingPolicy(type="pods", value=2, period_s=60)]))
     memory = commit(PoolMemory(target=5), 5, 3, 0.0, rules)
     assert behave(10, 3, memory, 10.0, rules, POOL, flap_guard=False, tick_s=INTERVAL_S).replicas == 7
+
+
+@pytest.mark.parametrize(("tick_s", "held"), [(30.0, True), (15.0, True), (1.0, False)])
+def test_the_flap_guard_reads_120_intervals_back_at_most_an_hour(tick_s: float, held: bool) -> None:
+    """A one-replica scale-down right after a scale-up that reversed a scale-down 200 s ago: within the audit
+    at a 30 s or 15 s interval (an hour, 30 minutes), so held; past it at `planner up`'s 1 s (2 minutes)."""
+    from planner.types import Reason
+
+    rules = Behavior(scale_down=ScalingRules(stabilization_window_s=0,
+                                             policies=[ScalingPolicy(type="percent", value=100, period_s=1)]))
+    memory = PoolMemory(target=2, direction_changes=(800.0,), last_direction=1)
+    b = behave(1, 2, memory, 1000.0, rules, POOL, tick_s=tick_s)
+    assert (b.replicas == 2) == held
+    assert (Reason.SCALE_DOWN_STABILIZED in b.reasons) == held

@@ -27,6 +27,10 @@ from planner.decide.state import PlannerState, PoolMemory
 from planner.types import Observation, Pool, Reason
 
 OSCILLATION_AUDIT_S = 3600.0  # how long direction changes are remembered
+# The flap guard reads this many of the caller's intervals back, at most the hour: an hour at the usual 30 s
+# interval, 2 minutes for `planner up`'s 1 s loop (whose 150 s demo an hour's audit outlasted: one reversal
+# held decode a replica above its floor for the rest of the run).
+AUDIT_INTERVALS = 120
 # A scale-down that would reverse a scale-up, when the pool already reversed within the audit hour, must be
 # a real change (at least this share of the pool, and at least 2 replicas) and not a flap of one replica
 # around a steady load. Scale-ups are never held back: they protect the SLA.
@@ -152,7 +156,8 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
     if flap_guard and out < current and memory.last_direction > 0:
         # Judged on where the pool is heading (the stabilised recommendation), not on this tick's
         # rate-limited step: a large pool shrinking 10 % a minute is a real change, not a flap.
-        recent = [t for t in memory.direction_changes if t > now_s - OSCILLATION_AUDIT_S]
+        audit_s = min(OSCILLATION_AUDIT_S, AUDIT_INTERVALS * tick_s) if tick_s > 0 else OSCILLATION_AUDIT_S
+        recent = [t for t in memory.direction_changes if t > now_s - audit_s]
         if recent and current - stabilised < max(FLAP_MIN_REPLICAS, FLAP_SHARE * current):
             out = current
             reasons.append(Reason.SCALE_DOWN_STABILIZED)
