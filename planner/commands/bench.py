@@ -6,7 +6,7 @@ import json
 import os
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -314,7 +314,6 @@ def bench_fleet_cmd(
     hour or, with --day, a whole day: per model attainment and GPU-hours, the fleet's GPU-hours and peak against
     its budget, against the same planners without a shared budget and static pools at each model's peak;
     writes report.json, report.md and fleet.png."""
-    import json
     import time
 
     from planner.bench.fleet import (
@@ -329,7 +328,7 @@ def bench_fleet_cmd(
         day_warmup,
     )
     from planner.commands.progress import phase_progress
-    from planner.sim.evaluate.fleet_backtest import fleet_markdown, run_fleet_backtest
+    from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
 
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
@@ -357,13 +356,21 @@ def bench_fleet_cmd(
                                   *(["--day"] if day else []),
                                   *([f"--compress {compress:g}"] if compress is not None else [])])
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
+    _write_fleet(console, out, result, fleet, model_traces, not no_plots)
+
+
+def _write_fleet(console: Console, out: Path, result: Any, fleet: Any, model_traces: dict,  # noqa: ANN401
+                 plots: bool) -> None:
+    """report.json, report.md (printed too) and, with ``plots``, fleet.png under ``out``."""
+    from planner.sim.evaluate.fleet_backtest import fleet_markdown
+
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1))
-    md = fleet_markdown(report)
+    (out / "report.json").write_text(json.dumps(result.report, indent=1))
+    md = fleet_markdown(result.report)
     (out / "report.md").write_text(md)
     console.print(md, markup=False, highlight=False)
     console.print(f"wrote {out / 'report.json'}")
-    if not no_plots:
+    if plots:
         from planner.sim.evaluate.fleet_plot import plot_fleet
 
         console.print(f"wrote {plot_fleet(out / 'fleet.png', result, fleet, model_traces)}")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.controller import make_planner_controller
+from planner.controller import PlannerController, make_planner_controller
 from planner.decide.fleet import PolicyAsk, PoolAsk, fit_fleet
 from planner.decide.spec import DeciderSpec
 from planner.fleet import FleetPlanner, FleetTick
@@ -100,10 +100,7 @@ def fleet_replay(fleet: Fleet, traces: Mapping[str, RequestTrace], *, shared: bo
         ctx, cfg = sim_setup(traces[m.name], m.profile, m.policy, startup_s=startup_s, kill=kill)
         setups[m.name] = (ctx, replace(cfg, hold_timeout_s=hold_timeout_s, hold_queue=hold_queue))
     initial = _fitted_initial(fleet, {n: dict(ctx.initial) for n, (ctx, _) in setups.items()}, budget)
-    controllers = {m.name: make_planner_controller(m.policy, m.profile, None, initial[m.name]) for m in fleet.members}
-    for own in controllers.values():  # the SLA's window is the scored one, the warm-up's transient not spent from it
-        own.budget_since_s = warmup_s  # (as replay() sets it for a single policy)
-    planner = FleetPlanner(fleet, controllers, max_gpus=budget)
+    planner = FleetPlanner(fleet, _controllers(fleet, initial, warmup_s), max_gpus=budget)
     clusters = {n: Cluster(traces[n], fleet.member(n).profile, cfg, initial[n]) for n, (_, cfg) in setups.items()}
     sources = {n: SimMetricSource(c) for n, c in clusters.items()}
     actuators = {n: SimActuator(c) for n, c in clusters.items()}
@@ -220,6 +217,16 @@ def _gpus_per_replica(fleet: Fleet, name: str) -> dict[str, int]:
     m = fleet.member(name)
     spec = DeciderSpec.build(m.policy, m.profile, m.policy.stale_after_s)
     return {p: spec.gpus(p) for p in m.policy.pool_names()}
+
+
+def _controllers(fleet: Fleet, initial: Mapping[str, Mapping[str, int]], warmup_s: float
+                 ) -> dict[str, PlannerController]:
+    """Each policy's planner, promising its SLA over the scored window as replay() sets it for a single policy
+    (the warm-up's transient is not spent from its error budget)."""
+    out = {m.name: make_planner_controller(m.policy, m.profile, None, dict(initial[m.name])) for m in fleet.members}
+    for own in out.values():
+        own.budget_since_s = warmup_s
+    return out
 
 
 def _fleet_row(t: float, clusters: Mapping[str, Cluster], timelines: dict[str, list[dict[str, float]]],
