@@ -69,7 +69,7 @@ class PlannerMetrics:
                                         "applied to the profile.", ["policy", "factor"], registry=r)
         self.headroom_quantile = Gauge("planner_headroom_quantile", "The forecast quantile the pools were "
                                        "sized at: sla.lean_quantile while the error budget is healthy, "
-                                       "sla.recover_quantile once it is spent, forecast.quantile otherwise.",
+                                       "sla.recover_quantile once it is (nearly) spent, forecast.quantile otherwise.",
                                        ["policy"], registry=r)
         self.sla_budget_remaining = Gauge("planner_sla_budget_remaining", "Share of the SLA window's allowed "
                                           "misses left (1: none spent; below 0: overspent); with "

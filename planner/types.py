@@ -307,8 +307,8 @@ class Reason(StrEnum):
     BASELINE = "baseline"
     BUDGET_LEAN = "budget_lean"  # error budget healthy: sized at the lean quantile
     BUDGET_BURNING = "budget_burning"  # error budget burning fast or nearly spent: sized at forecast.quantile
-    # The window's budget is spent (its attainment so far below the percentile): sized at sla.recover_quantile
-    # (at least forecast.quantile) with the hedge, until the window's attainment is back at the percentile.
+    # The window's budget is spent, or all but sla.recover_below of it: sized at sla.recover_quantile (at least
+    # forecast.quantile) with the hedge, its scale-down held sla.recover_hold_s, until the attainment is back above.
     BUDGET_OVERSPENT = "budget_overspent"
     # No error budget measured yet (a start, a what-if, too few requests in the window, the short window not yet
     # covered): sized at forecast.quantile with the hedge, as while it burns (unknown is never read as healthy).

@@ -61,7 +61,13 @@ HEALTHY = SlaBudget(remaining=0.9, burn_short=0.5, burn_long=0.4, attainment=0.9
     # Spent: the window's attainment is below the percentile, so above the conservative headroom until it is back.
     pytest.param(replace(HEALTHY, remaining=0.0, burn_short=0.5), 0.99, Reason.BUDGET_OVERSPENT, id="spent"),
     pytest.param(replace(HEALTHY, remaining=-0.4, burn_short=3.0), 0.99, Reason.BUDGET_OVERSPENT, id="overspent"),
-    pytest.param(replace(HEALTHY, remaining=0.01, burn_short=3.0), 0.8, Reason.BUDGET_BURNING, id="nearly-spent-fast"),
+    # Recovery starts with sla.recover_below (0.1) of the budget still left, not only once it is all spent.
+    pytest.param(replace(HEALTHY, remaining=0.01, burn_short=3.0), 0.99, Reason.BUDGET_OVERSPENT,
+                 id="nearly-spent-recovers"),
+    pytest.param(replace(HEALTHY, remaining=0.1, burn_short=0.5), 0.99, Reason.BUDGET_OVERSPENT,
+                 id="a-tenth-left-recovers"),
+    pytest.param(replace(HEALTHY, remaining=0.11, burn_short=3.0), 0.8, Reason.BUDGET_BURNING,
+                 id="more-than-a-tenth-left-burning"),
     pytest.param(replace(HEALTHY, remaining=-0.4, burn_short=None), 0.8, Reason.BUDGET_UNMEASURED,
                  id="overspent-short-window-unknown"),
 ])
@@ -83,6 +89,17 @@ def test_recovery_never_sizes_below_the_conservative_quantile() -> None:
     assert headroom_quantile(low, spent) == (0.8, Reason.BUDGET_OVERSPENT)
     mid = free_policy(sla={"budget_control": True, "recover_quantile": 0.9})
     assert headroom_quantile(mid, spent) == (0.9, Reason.BUDGET_OVERSPENT)
+
+
+@pytest.mark.parametrize("recover_below, remaining, reason", [
+    pytest.param(0.0, 0.05, Reason.BUDGET_BURNING, id="0-recovers-once-spent-only"),
+    pytest.param(0.0, 0.0, Reason.BUDGET_OVERSPENT, id="0-spent"),
+    pytest.param(0.3, 0.29, Reason.BUDGET_OVERSPENT, id="0.3-recovers-earlier"),
+    pytest.param(0.3, 0.31, Reason.BUDGET_LEAN, id="0.3-healthy-above"),
+])
+def test_recovery_starts_at_recover_below(recover_below: float, remaining: float, reason: Reason) -> None:
+    pol = free_policy(sla={"budget_control": True, "recover_below": recover_below})
+    assert headroom_quantile(pol, replace(HEALTHY, remaining=remaining))[1] == reason
 
 
 @pytest.mark.parametrize("steady_rules, rate_cv, recovers", [
@@ -208,7 +225,7 @@ def test_lean_above_the_conservative_quantile_names_the_key() -> None:
 
 def test_hedge_yaml_is_the_example_without_spending_the_budget() -> None:
     """policies/hedge.yaml, the reference the example is measured against, differs from it only where the
-    example spends the SLA: the budget stage, its lean and recovery quantiles, the forecast quantile and the steady
+    example spends the SLA: the budget stage, its lean and recovery settings, the forecast quantile and the steady
     rules."""
     example = yaml.safe_load(EXAMPLE.read_text())
     hedge = yaml.safe_load((REPO / "policies" / "hedge.yaml").read_text())
@@ -217,7 +234,7 @@ def test_hedge_yaml_is_the_example_without_spending_the_budget() -> None:
     assert hedge["behavior"]["steady"] is None and example["behavior"]["steady"]["max_rate_cv"] == 0.3
     for data in (example, hedge):
         data.pop("name")
-        for key in ("budget_control", "lean_quantile", "recover_quantile"):
+        for key in ("budget_control", "lean_quantile", "recover_quantile", "recover_below", "recover_hold_s"):
             data["sla"].pop(key, None)
         data["forecast"].pop("quantile")
         data["behavior"].pop("steady")

@@ -216,6 +216,17 @@ def current_replicas(spec: PoolSpec, memory: PoolMemory, ready: int | None) -> i
     return memory.target
 
 
+def recovery_rules(policy: Policy, rules: Behavior) -> Behavior:
+    """The rules while the error budget recovers (reason ``budget_overspent``): the hedge's, with its scale-down
+    waiting ``sla.recover_hold_s`` (never less than its own window). Recovery comes on bursty load, whose misses
+    come where a burst follows a lull: capacity given back in the lull is two minutes from serving the next burst."""
+    down = rules.scale_down
+    if policy.sla.recover_hold_s <= down.stabilization_window_s:
+        return rules
+    return rules.model_copy(update={"scale_down": down.model_copy(
+        update={"stabilization_window_s": policy.sla.recover_hold_s})})
+
+
 def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tuple[Reason, ...]],
               allow_down: Mapping[Pool, bool], state: PlannerState, obs: Observation, now_s: float,
               rate_cv: float | None = None) -> dict[Pool, Recommended]:
@@ -227,13 +238,16 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
     hedge (``behavior.scale_down``) otherwise.
     """
     rules = policy.behavior.for_rate_cv(rate_cv)
-    keep_s = _window(policy.behavior)
+    held = recovery_rules(policy, rules)
+    # Remembered for the recovery's hold too, so a pool entering recovery finds its lull's history in place.
+    keep_s = max(_window(policy.behavior), _window(held))
     out = {}
     for pool in policy.pool_names():
+        pool_rules = held if Reason.BUDGET_OVERSPENT in why[pool] else rules
         memory = state.pool(pool)
         ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
         current = current_replicas(policy.pool(pool), memory, ready)
-        b = behave(desired[pool], current, memory, now_s, rules, policy.pool(pool), allow_down[pool], keep_s=keep_s,
+        b = behave(desired[pool], current, memory, now_s, pool_rules, policy.pool(pool), allow_down[pool], keep_s=keep_s,
                    tick_s=float(policy.interval_s))
         out[pool] = Recommended(current, b.replicas, b.memory, (*why[pool], *b.reasons))
     return out

@@ -7,7 +7,7 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
      source's ``stale_after_intervals`` intervals), holds every pool (never scale down on missing data).
      Otherwise the load at the horizon ``startup_s + interval_s``: the rate forecast at the quantile the
      error budget allows (decide/error_budget.py: ``sla.lean_quantile`` while the SLA's budget is healthy,
-     ``forecast.quantile`` when it burns fast or is unknown, ``sla.recover_quantile`` once it is spent, or
+     ``forecast.quantile`` when it burns fast or is unknown, ``sla.recover_quantile`` once it is spent (to ``sla.recover_below``), or
      ``forecast.quantile`` always with ``sla.budget_control`` off; reasons budget_lean / budget_burning /
      budget_overspent / budget_unmeasured), never negative, at most 2x its mean; mean ISL
      and OSL, each pool's work quantile and any backlog it holds. A forecast that failed

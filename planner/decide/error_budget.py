@@ -7,9 +7,11 @@ healthy and goes back to ``forecast.quantile`` (the conservative headroom) when 
 burn-rate alerting reads budgets: a short and a long window, burn rate = miss share / (1 - p); the long
 window's slow burn counts only while the short window burns too (the workbook's multiwindow alert: once the
 misses stop, the alert resets within the short window instead of holding for the long one). Once the
-window's budget is spent (remaining <= 0: its attainment so far is below p) on bursty load, it sizes at
-``sla.recover_quantile`` (never below ``forecast.quantile``) until the attainment is back at p: the
-conservative headroom is what let it fall there, so holding it would end the window below the SLA.
+window's budget is spent or nearly (remaining <= ``sla.recover_below``, 0.1: its attainment so far is under p
+plus a tenth of the allowed misses) on bursty load, it sizes at ``sla.recover_quantile`` (never below
+``forecast.quantile``) until the attainment is back above that: the conservative headroom is what let it fall
+there, so holding it would end the window below the SLA. (``decide/behavior.py`` then holds capacity through
+lulls for ``sla.recover_hold_s``.)
 
 A promise that began less than a window ago (a replay's scored window) has a budget of the whole window's
 requests, not only of those counted so far: a burst of misses in its first minutes spends a share of the
@@ -119,7 +121,7 @@ def headroom_quantile(policy: Policy, budget: SlaBudget | None,
     conservative = (policy.forecast.quantile, Reason.BUDGET_BURNING)
     if budget is None or budget.burn_short is None:
         return policy.forecast.quantile, Reason.BUDGET_UNMEASURED
-    if budget.remaining <= 0.0 and not policy.behavior.is_steady(rate_cv):
+    if budget.remaining <= policy.sla.recover_below and not policy.behavior.is_steady(rate_cv):
         return max(policy.sla.recover_quantile, policy.forecast.quantile), Reason.BUDGET_OVERSPENT
     left = budget.remaining if budget.window_remaining is None else budget.window_remaining
     if left < LOW_REMAINING or budget.burn_short > FAST_BURN:
