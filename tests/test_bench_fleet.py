@@ -132,6 +132,29 @@ def test_bench_fleet_quick_reports_the_fleet(tmp_path: Path, capsys) -> None:  #
     assert report["checks"]["gpu_hours_vs_static_min"] == pytest.approx(
         f["gpu_hours"] / comp["static_min"]["gpu_hours"], rel=1e-3)
     assert "Targets: high-priority SLAs met while the budget binds: " in " ".join(out.split())
+    # --alone replays one model's planner as the fleet's unshared comparison does: the same figures.
+    alone_dir = tmp_path / "alone"
+    rc = run(["bench", "fleet", "--quick", "--alone", "code-large", "--seeds", "2", "--workers", "2",
+              "--out", str(alone_dir)])
+    alone = json.loads((alone_dir / "alone.json").read_text())
+    unshared = comp["unshared"]["policies"]["code-large"]
+    assert rc == 0 and [r["seed"] for r in alone["runs"]] == [0, 1]
+    assert alone["runs"][0]["attainment_joint"] == pytest.approx(unshared["attainment_joint"], abs=1e-5)
+    assert alone["runs"][0]["gpu_hours"] == pytest.approx(unshared["gpu_hours"], abs=2e-3)
+    assert alone["runs"][0]["met"] == unshared["sla_met"]
+    assert alone["summary"]["below"] == sum(not r["met"] for r in alone["runs"])
+    assert alone["summary"]["worst"] == min(r["attainment_joint"] for r in alone["runs"])
+    assert "code-large alone" in capsys.readouterr().out
+    # --vary sets fields on that model's policy (its fleet settings kept): no recovery hold moves the replay.
+    rc = run(["bench", "fleet", "--quick", "--alone", "code-large", "--vary", "sla.recover_hold_s=0;sla.recover_below=0",
+              "--workers", "1", "--out", str(alone_dir)])
+    varied = json.loads((alone_dir / "alone.json").read_text())
+    assert rc == 0 and "--vary 'sla.recover_hold_s=0;sla.recover_below=0'" in varied["command"]
+    assert varied["runs"][0]["window_s"] == alone["runs"][0]["window_s"]
+    # The quick hour spends code-large's budget, so the recovery's hold is in play: without it the pool gives
+    # capacity back in the lulls (fewer GPU-hours) and misses more.
+    assert varied["runs"][0]["gpu_hours"] < alone["runs"][0]["gpu_hours"]
+    assert varied["runs"][0]["attainment_joint"] < alone["runs"][0]["attainment_joint"]
 
 
 # ------------------------------------------------------------------------------------------- the whole day
@@ -186,6 +209,21 @@ def test_the_real_day_plays_servegens_windows_at_their_own_length() -> None:
     t = day_trace(m, folder, length, 600.0, 0, compress=1.0)
     fast = day_trace(m, folder, day_length(False, 8.0), 600.0, 0, compress=8.0)
     assert t.arrival_s.max() > 0.95 * length and len(t) > 7 * len(fast)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--alone", "nope"], "--alone: 'nope' is not a model of the fleet; one of conv-large, code-large"),
+    (["--seeds", "3"], "--seeds/--workers/--vary: only with --alone MODEL"),
+    (["--workers", "2"], "--seeds/--workers/--vary: only with --alone MODEL"),
+    (["--alone", "code-large", "--seeds", "0"], "--seeds"),
+    (["--vary", "sla.recover_hold_s=0"], "--seeds/--workers/--vary: only with --alone MODEL"),
+    (["--alone", "code-large", "--vary", "sla.recover_hold_s=-1"], "--vary: "),
+    (["--alone", "code-large", "--vary", "sla.nope=1"], "--vary: "),
+])
+def test_alone_is_refused_with_one_line(args: list[str], said: str, capsys) -> None:  # noqa: ANN001
+    rc = run(["bench", "fleet", "--quick", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and said in err and "Traceback" not in err
 
 
 def test_compress_is_for_the_day_only(capsys) -> None:  # noqa: ANN001

@@ -309,6 +309,15 @@ def bench_fleet_cmd(
                                                    "this many times faster (default 1: as recorded, 7 minutes a run "
                                                    "on 2 cores; 8: 3 hours of simulated time, 40 s)")] = None,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip fleet.png")] = False,
+    alone: Annotated[str | None, typer.Option("--alone", metavar="MODEL", help="one model's planner alone (no "
+                                              "fleet, no static pools) over --seeds draws, e.g. code-large: a "
+                                              "policy change judged on many draws; writes alone.json")] = None,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, max=100, help="with --alone: draws --seed .. --seed+N-1"
+                                       )] = 1,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="with --alone: worker processes "
+                                                "(default: every core)")] = None,
+    vary: Annotated[str | None, typer.Option("--vary", metavar="KEY=VALUE[;...]", help="with --alone: these fields "
+                                             "set on the model's policy, e.g. 'sla.recover_hold_s=0'")] = None,
 ) -> None:
     """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones) over the Azure
     hour or, with --day, a whole day: per model attainment and GPU-hours, the fleet's GPU-hours and peak against
@@ -335,6 +344,10 @@ def bench_fleet_cmd(
     if compress is not None and not day:
         raise UserError("--compress: only with --day (the hour is played as recorded)")
     squeeze = DAY_COMPRESS if compress is None else compress
+    if alone is not None:
+        return _fleet_alone(out, alone, seed, seeds, workers, quick, day, squeeze, traces, zero, idle_s, vary)
+    if seeds != 1 or workers is not None or vary is not None:
+        raise UserError("--seeds/--workers/--vary: only with --alone MODEL (a fleet run is one draw: --seed)")
     fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero, IDLE_S if idle_s is None else idle_s,
                                       wake_first, wake_after_s, day, squeeze)
     console = Console()
@@ -357,6 +370,46 @@ def bench_fleet_cmd(
                                   *([f"--compress {compress:g}"] if compress is not None else [])])
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
     _write_fleet(console, out, result, fleet, model_traces, not no_plots)
+
+
+def _fleet_alone(out: Path, name: str, seed: int, seeds: int, workers: int | None, quick: bool, day: bool,
+                 compress: float, traces: Path | None, zero: bool, idle_s: float | None, vary: str | None) -> None:
+    """``--alone``: one model's planner over ``seeds`` draws; a table, its summary and ``out``/alone.json."""
+    import os
+
+    from rich.table import Table
+
+    from planner.bench.fleet import IDLE_S
+    from planner.bench.fleet_alone import AloneDraw, alone_draws, alone_summary, check_model, check_vary
+
+    check_model(name)
+    assignments = check_vary(vary)
+    draws = [AloneDraw(name, s, quick, day, compress, traces, zero, IDLE_S if idle_s is None else idle_s, assignments)
+             for s in range(seed, seed + seeds)]
+    console = Console()
+    with console.status(f"{name} alone over {seeds} draw(s)"):
+        runs = alone_draws(draws, workers or os.cpu_count() or 1)
+    table = Table(title=f"{name} alone ({'the day' if day else 'the hour'}{' quick' if quick else ''})"
+                        f"{f' [{vary}]' if vary else ''}")
+    for col in ("seed", "joint attainment", "GPU-h", f"met p{runs[0]['percentile']:g}"):
+        table.add_column(col, justify="right")
+    for r in runs:
+        att = r["attainment_joint"]
+        table.add_row(str(r["seed"]), "-" if att is None else f"{att:.2%}", f"{r['gpu_hours']:.2f}",
+                      "yes" if r["met"] else "no")
+    console.print(table)
+    summary = alone_summary(runs)
+    worst = summary["worst"]
+    console.print(f"worst {'-' if worst is None else f'{worst:.2%}'}, {summary['below']} of {len(runs)} below "
+                  f"the percentile, {summary['gpu_hours_mean']} GPU-h mean")
+    out.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["planner bench fleet", f"--alone {name}", f"--seed {seed}", f"--seeds {seeds}",
+                        *(["--quick"] if quick else []), *(["--day"] if day else []),
+                        *([f"--compress {compress:g}"] if day and compress != 1 else []),
+                        *([f"--vary {shlex.quote(vary)}"] if vary else [])])
+    (out / "alone.json").write_text(json.dumps({"command": command, "model": name, "runs": runs,
+                                                "summary": summary}, indent=1))
+    console.print(f"wrote {out / 'alone.json'}")
 
 
 def _write_fleet(console: Console, out: Path, result: Any, fleet: Any, model_traces: dict,  # noqa: ANN401
