@@ -49,7 +49,7 @@ def check_vary(text: str | None) -> tuple[tuple[tuple[str, ...], Any], ...]:
         assignments = parse_assignments(text)
         PolicySource(None, assignments).load(EXAMPLE_POLICY, "the fleet's policy")
     except UserError as exc:
-        raise UserError(f"--vary: {exc}") from None
+        raise UserError(str(exc), key="vary") from None
     return assignments
 
 
