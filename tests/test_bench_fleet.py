@@ -21,7 +21,7 @@ from planner.bench.fleet import (
     day_length,
     day_shape,
     day_trace,
-    day_warmup,
+    fleet_warmup,
     model_trace,
 )
 from planner.bench.scenarios import default_traces_dir
@@ -163,7 +163,7 @@ def test_a_day_follows_servegens_day_with_its_peak_at_the_hours_rate() -> None:
     tracks the day's, the busiest window at the hour's rate), and keep the Azure trace's lengths."""
     folder = _traces()
     m = next(m for m in MODELS if m.name == "conv-large")
-    length, warm = day_length(False, 8.0), day_warmup(False)
+    length, warm = day_length(False, 8.0), fleet_warmup(False)
     assert length == warm + 86400.0 / 8 == 600.0 + 10800.0
     t = day_trace(m, folder, length, warm, 0, compress=8.0)
     starts, share = day_shape(folder, length, warm, 8.0)
@@ -183,7 +183,7 @@ def test_a_day_follows_servegens_day_with_its_peak_at_the_hours_rate() -> None:
 
 def test_a_day_keeps_the_sparse_windows_and_the_burst() -> None:
     folder = _traces()
-    length, warm = day_length(False, 8.0), day_warmup(False)
+    length, warm = day_length(False, 8.0), fleet_warmup(False)
     sparse = next(m for m in MODELS if m.busy_phase is not None)
     t = day_trace(sparse, folder, length, warm, 0, compress=8.0).arrival_s
     assert t.max() - t.min() > 4 * PERIOD_S and ((t - sparse.busy_phase * PERIOD_S) % PERIOD_S < BUSY_S).all()
@@ -239,7 +239,7 @@ def test_a_day_fleet_is_the_same_fleet() -> None:
     assert hour.names() == day.names() and hour.max_gpus == day.max_gpus
     assert all(t.arrival_s.max() < day_length(True) for t in traces.values())
     # The percentile is promised over the day as the day is scored; over the hour, the example's hour.
-    assert {m.policy.sla.window_s for m in day.members} == {day_length(True) - day_warmup(True)}
+    assert {m.policy.sla.window_s for m in day.members} == {day_length(True) - fleet_warmup(True)}
     whole, _ = bench_fleet(traces_dir=_traces(), day=True, compress=8.0)
     assert {m.policy.sla.window_s for m in whole.members} == {86400.0 / 8}
     assert {m.policy.sla.window_s for m in hour.members} == {3600.0}

@@ -167,13 +167,16 @@ def day_trace(m: FleetModel, traces_dir: Path, length_s: float, warmup_s: float,
     return RequestTrace(at[keep][order], isl[keep][order], osl[keep][order], f"{m.trace_file} + {SERVEGEN}", note)
 
 
-def day_warmup(quick: bool) -> float:
+def fleet_warmup(quick: bool) -> float:
+    """The unscored warm-up of every fleet run, the hour's and the day's alike."""
     return QUICK_WARMUP_S if quick else WARMUP_S
+
+
 
 
 def day_length(quick: bool, compress: float = DAY_COMPRESS) -> float:
     """The day's run in simulated s, warm-up included (``quick``: the warm-up and the day's first 20 minutes)."""
-    return day_warmup(quick) + (QUICK_S if quick else DAY_REAL_S / compress)
+    return fleet_warmup(quick) + (QUICK_S if quick else DAY_REAL_S / compress)
 
 
 def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus: int | None = None,
@@ -193,7 +196,7 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
     code: Profile | None = None
     members = []
     length = (QUICK_S + QUICK_WARMUP_S) if quick else (FULL_S + WARMUP_S)
-    scored_s = day_length(quick, compress) - day_warmup(quick)
+    scored_s = day_length(quick, compress) - fleet_warmup(quick)
     traces = {}
     for i, m in enumerate(MODELS):
         if m.code and code is None:
@@ -208,7 +211,7 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
                                                          for p in own.pool_names()}})
         members.append(FleetMember(own, profile, m.priority, EXAMPLE_POLICY))
         period = QUICK_PERIOD_S if quick else PERIOD_S
-        traces[m.name] = (day_trace(m, folder, day_length(quick, compress), day_warmup(quick), seed + i, period,
+        traces[m.name] = (day_trace(m, folder, day_length(quick, compress), fleet_warmup(quick), seed + i, period,
                                     compress) if day else model_trace(m, folder, length, seed + i, period))
     floors = sum(mem.floor_gpus for mem in members)
     budget_gpus = default_budget(zero) if budget_gpus is None else budget_gpus

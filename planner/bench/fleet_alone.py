@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.bench.fleet import IDLE_S, MODELS, QUICK_WARMUP_S, WARMUP_S, bench_fleet, day_warmup
+from planner.bench.fleet import IDLE_S, MODELS, bench_fleet, fleet_warmup
 from planner.errors import UserError
 from planner.policy_variant import PolicySource, parse_assignments, set_dotted
 
@@ -66,7 +66,7 @@ def alone_draw(draw: AloneDraw) -> dict:
         for keys, value in draw.assignments:
             set_dotted(data, keys, value)
         policy = type(policy).model_validate(data)
-    warmup_s = day_warmup(draw.quick) if draw.day else QUICK_WARMUP_S if draw.quick else WARMUP_S
+    warmup_s = fleet_warmup(draw.quick)
     ctx, config = sim_setup(traces[draw.name], m.profile, policy, warmup_s=warmup_s)
     scores, _ = score_run(planner_run(ctx, None, policy), ctx, config)
     attained = scores["attainment_joint"]

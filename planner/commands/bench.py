@@ -284,6 +284,17 @@ def bench_fidelity(
     console.print(f"wrote {out}")
 
 
+# `planner bench fleet --alone`'s options (planner/bench/fleet_alone.py).
+AloneOpt = Annotated[str | None, typer.Option("--alone", metavar="MODEL", help="one model's planner alone (no fleet, "
+                                              "no static pools) over --seeds draws, e.g. code-large: a policy "
+                                              "change judged on many draws; writes alone.json")]
+AloneSeedsOpt = Annotated[int, typer.Option("--seeds", min=1, max=100, help="with --alone: draws --seed .. --seed+N-1")]
+AloneWorkersOpt = Annotated[int | None, typer.Option("--workers", min=1, help="with --alone: worker processes "
+                                                     "(default: every core)")]
+AloneVaryOpt = Annotated[str | None, typer.Option("--vary", metavar="KEY=VALUE[;...]", help="with --alone: these "
+                                                  "fields set on the model's policy, e.g. 'sla.recover_hold_s=0'")]
+
+
 def bench_fleet_cmd(
     quick: Annotated[bool, typer.Option("--quick", help="20 minutes of trace instead of an hour (CI)")] = False,
     traces: Annotated[Path | None, typer.Option(help=TRACES_HELP)] = None,
@@ -309,15 +320,10 @@ def bench_fleet_cmd(
                                                    "this many times faster (default 1: as recorded, 7 minutes a run "
                                                    "on 2 cores; 8: 3 hours of simulated time, 40 s)")] = None,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip fleet.png")] = False,
-    alone: Annotated[str | None, typer.Option("--alone", metavar="MODEL", help="one model's planner alone (no "
-                                              "fleet, no static pools) over --seeds draws, e.g. code-large: a "
-                                              "policy change judged on many draws; writes alone.json")] = None,
-    seeds: Annotated[int, typer.Option("--seeds", min=1, max=100, help="with --alone: draws --seed .. --seed+N-1"
-                                       )] = 1,
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="with --alone: worker processes "
-                                                "(default: every core)")] = None,
-    vary: Annotated[str | None, typer.Option("--vary", metavar="KEY=VALUE[;...]", help="with --alone: these fields "
-                                             "set on the model's policy, e.g. 'sla.recover_hold_s=0'")] = None,
+    alone: AloneOpt = None,
+    seeds: AloneSeedsOpt = 1,
+    workers: AloneWorkersOpt = None,
+    vary: AloneVaryOpt = None,
 ) -> None:
     """Eight models on one GPU budget (two large Azure conv/code ones, a burst, five sparse ones) over the Azure
     hour or, with --day, a whole day: per model attainment and GPU-hours, the fleet's GPU-hours and peak against
@@ -325,17 +331,7 @@ def bench_fleet_cmd(
     writes report.json, report.md and fleet.png."""
     import time
 
-    from planner.bench.fleet import (
-        DAY_COMPRESS,
-        IDLE_S,
-        MODELS,
-        QUICK_WARMUP_S,
-        SERVEGEN,
-        WARMUP_S,
-        bench_fleet,
-        day_length,
-        day_warmup,
-    )
+    from planner.bench import fleet as fb
     from planner.commands.progress import phase_progress
     from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
 
@@ -343,33 +339,46 @@ def bench_fleet_cmd(
         raise UserError(f"--traces: {traces} is not a folder")
     if compress is not None and not day:
         raise UserError("--compress: only with --day (the hour is played as recorded)")
-    squeeze = DAY_COMPRESS if compress is None else compress
+    squeeze = fb.DAY_COMPRESS if compress is None else compress
     if alone is not None:
         return _fleet_alone(out, alone, seed, seeds, workers, quick, day, squeeze, traces, zero, idle_s, vary)
     if seeds != 1 or workers is not None or vary is not None:
         raise UserError("--seeds/--workers/--vary: only with --alone MODEL (a fleet run is one draw: --seed)")
-    fleet, model_traces = bench_fleet(quick, traces, budget_gpus, seed, zero, IDLE_S if idle_s is None else idle_s,
-                                      wake_first, wake_after_s, day, squeeze)
+    fleet, model_traces = fb.bench_fleet(quick, traces, budget_gpus, seed, zero,
+                                         fb.IDLE_S if idle_s is None else idle_s, wake_first, wake_after_s, day, squeeze)
     console = Console()
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
-        result = run_fleet_backtest(fleet, model_traces, warmup_s=QUICK_WARMUP_S if quick else WARMUP_S,
-                                    progress=progress)
-    report = result.report
-    report["models"] = {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale, "sparse": m.busy_phase is not None,
-                                 "burst": m.burst, "code_profile": m.code} for m in MODELS}
-    if day:
-        report["day"] = {"trace": SERVEGEN, "compress": squeeze,
-                         "scored_s": day_length(quick, squeeze) - day_warmup(quick)}
-    report["command"] = " ".join(["planner bench fleet", *(["--quick"] if quick else []),
-                                  *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
-                                  *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else []),
-                                  *([] if wake_first else ["--no-wake-first"]),
-                                  *([f"--wake-after-s {wake_after_s:g}"] if wake_after_s is not None else []),
-                                  *(["--day"] if day else []),
-                                  *([f"--compress {compress:g}"] if compress is not None else [])])
-    report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
+        result = run_fleet_backtest(fleet, model_traces, warmup_s=fb.fleet_warmup(quick), progress=progress)
+    result.report.update(_fleet_traces(quick, day, squeeze), timings_s={"total": round(time.perf_counter() - t0, 2)},
+                         command=_fleet_command(quick, budget_gpus, seed, zero, idle_s, wake_first, wake_after_s, day,
+                                                compress))
     _write_fleet(console, out, result, fleet, model_traces, not no_plots)
+
+
+def _fleet_traces(quick: bool, day: bool, compress: float) -> dict:
+    """report.json's ``models`` (what each model's trace is drawn from) and, for a day, ``day``."""
+    from planner.bench import fleet as fb
+
+    out: dict = {"models": {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale,
+                                     "sparse": m.busy_phase is not None, "burst": m.burst, "code_profile": m.code}
+                            for m in fb.MODELS}}
+    if day:
+        out["day"] = {"trace": fb.SERVEGEN, "compress": compress,
+                      "scored_s": fb.day_length(quick, compress) - fb.fleet_warmup(quick)}
+    return out
+
+
+def _fleet_command(quick: bool, budget_gpus: int | None, seed: int, zero: bool, idle_s: float | None,
+                   wake_first: bool, wake_after_s: float | None, day: bool, compress: float | None) -> str:
+    """The command line that reproduces a fleet run (report.json's ``command``)."""
+    return " ".join(["planner bench fleet", *(["--quick"] if quick else []),
+                     *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
+                     *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else []),
+                     *([] if wake_first else ["--no-wake-first"]),
+                     *([f"--wake-after-s {wake_after_s:g}"] if wake_after_s is not None else []),
+                     *(["--day"] if day else []),
+                     *([f"--compress {compress:g}"] if compress is not None else [])])
 
 
 def _fleet_alone(out: Path, name: str, seed: int, seeds: int, workers: int | None, quick: bool, day: bool,
