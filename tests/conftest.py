@@ -158,6 +158,7 @@ LONGEST_FILES = (  # by their time in phase 1 of .ci/run (--durations, 2 workers
     "test_sim_offline.py",
     "test_process_loop.py",
     "test_bench_fleet.py",  # ~1-2 min: the quick fleet benchmark
+    "test_bench_suite_fleet.py",  # ~40 s: the quick fleet inside the suite and alone
     "test_router_hold.py",  # a `planner run` + `planner route` wake end to end
     "test_drain_hook.py",
     "test_fleet_stage_properties.py",

@@ -23,11 +23,12 @@ POLICY_FIELDS = {"requests", "attainment_ttft", "attainment_itl", "attainment_jo
 
 @pytest.mark.parametrize(("argv", "shown"), [
     (["--scenarios", "azure-conv,nope"], "--scenarios: unknown nope; allowed: azure-conv, azure-code"),
+    (["--scenarios", "fleet,nope"], "chat-docs, fleet, fleet-day"),
     (["--traces", "{tmp}"], "/azure2023/AzureLLMInferenceTrace_conv.csv not found (scenario azure-conv)"),
     (["--traces", "{tmp}/missing"], "--traces: {tmp}/missing is not a folder"),
     (["--workers", "0"], "--workers: 0 must be >= 1"),
     (["--policy", "{tmp}/nope.yaml"], "{tmp}/nope.yaml: policy file not found"),
-], ids=["unknown-scenario", "traces-missing", "traces-not-a-folder", "workers", "policy-missing"])
+], ids=["unknown-scenario", "unknown-beside-a-fleet", "traces-missing", "traces-not-a-folder", "workers", "policy-missing"])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], shown: str, tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -126,12 +127,16 @@ POLICIES = ["planner", "static", "reactive", "dynamo-throughput", "dynamo-load",
             "offline schedule"]
 
 
-def _check_suite(out: Path, names: list[str], shown: str) -> dict:
-    """What every suite run must write and print, whatever its scenarios."""
+def _check_suite(out: Path, names: list[str], shown: str, fleets: tuple[str, ...] = ()) -> dict:
+    """What every suite run must write and print, whatever its scenarios (and fleets: tests/test_bench_suite_fleet.py
+    checks what each holds)."""
     doc = json.loads((out / "suite.json").read_text())
     assert doc["quick"] is True and doc["planner_version"] and doc["date"] and doc["wall_s"] > 0
-    assert doc["cpu_s"]["total"] > 0 and set(doc["cpu_s"]["per_scenario"]) == set(names)
-    assert list(doc["scenarios"]) == names
+    assert doc["cpu_s"]["total"] > 0 and set(doc["cpu_s"]["per_scenario"]) == {*names, *fleets}
+    assert list(doc["scenarios"]) == names and list(doc["fleets"]) == list(fleets)
+    for name in fleets:
+        assert [t["target"] for t in doc["fleets"][name]["targets"]] == ["high_priority", "no_failures", "static_peak"]
+        assert (out / name / "fleet.png").stat().st_size > 10_000 and (out / name / "report.json").is_file()
     with_yesterday = {s.name for s in scenarios.pick(names) if s.yesterday}
     assert sorted((r["scenario"], r["policy"]) for r in doc["entries"]) == sorted(
         [(s, p) for s in names for p in POLICIES] + [(s, "static-yesterday") for s in with_yesterday])
@@ -195,7 +200,7 @@ def test_quick_suite_end_to_end_from_a_fresh_clone(clone: Path, tmp_path: Path) 
     out = tmp_path / "suite"
     done = run_in_clone(clone, ["-m", "planner.cli", "bench", "suite", "--quick", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
-    doc = _check_suite(out, list(scenarios.names()), done.stdout)
+    doc = _check_suite(out, list(scenarios.names()), done.stdout, ("fleet", "fleet-day"))
     assert doc["command"] == f"planner bench suite --quick --out {out}"
     assert doc["policy"] == "policies/example.yaml"  # the example as shipped, by default
 

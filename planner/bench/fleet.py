@@ -167,11 +167,33 @@ def day_trace(m: FleetModel, traces_dir: Path, length_s: float, warmup_s: float,
     return RequestTrace(at[keep][order], isl[keep][order], osl[keep][order], f"{m.trace_file} + {SERVEGEN}", note)
 
 
+def trace_notes(quick: bool, day: bool, compress: float) -> dict:
+    """report.json's ``models`` (what each model's trace is drawn from) and, for a day, ``day``."""
+    out: dict = {"models": {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale,
+                                     "sparse": m.busy_phase is not None, "burst": m.burst, "code_profile": m.code}
+                            for m in MODELS}}
+    if day:
+        out["day"] = {"trace": SERVEGEN, "compress": compress, "scored_s": day_length(quick, compress) - fleet_warmup(quick)}
+    return out
+
+
+def fleet_command(quick: bool = False, budget_gpus: int | None = None, seed: int = 0, zero: bool = True,
+                  idle_s: float | None = None, wake_first: bool = True, wake_after_s: float | None = None,
+                  day: bool = False, compress: float | None = None, policy_path: Path | None = None) -> str:
+    """The command line that reproduces a fleet run (report.json's ``command``)."""
+    return " ".join(["planner bench fleet", *(["--quick"] if quick else []),
+                     *([f"--policy {policy_path}"] if policy_path is not None else []),
+                     *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
+                     *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else []),
+                     *([] if wake_first else ["--no-wake-first"]),
+                     *([f"--wake-after-s {wake_after_s:g}"] if wake_after_s is not None else []),
+                     *(["--day"] if day else []),
+                     *([f"--compress {compress:g}"] if compress is not None else [])])
+
+
 def fleet_warmup(quick: bool) -> float:
     """The unscored warm-up of every fleet run, the hour's and the day's alike."""
     return QUICK_WARMUP_S if quick else WARMUP_S
-
-
 
 
 def day_length(quick: bool, compress: float = DAY_COMPRESS) -> float:
@@ -182,17 +204,21 @@ def day_length(quick: bool, compress: float = DAY_COMPRESS) -> float:
 def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus: int | None = None,
                 seed: int = 0, zero: bool = True, idle_s: float = IDLE_S,
                 wake_first: bool = True, wake_after_s: float | None = None, day: bool = False,
-                compress: float = DAY_COMPRESS) -> tuple[Fleet, dict[str, RequestTrace]]:
+                compress: float = DAY_COMPRESS, policy_path: Path | None = None
+                ) -> tuple[Fleet, dict[str, RequestTrace]]:
     """The fleet and its traces (one per model); ``zero``: the sparse models scale to zero (min_replicas 0,
-    after ``idle_s`` without a request) between their busy windows; ``day``: over a whole day (``day_trace``), played ``compress`` x faster."""
+    after ``idle_s`` without a request) between their busy windows; ``day``: over a whole day (``day_trace``),
+    played ``compress`` x faster; ``policy_path``: the policy every model runs (default: the example as shipped;
+    its profile for the conv-shaped models, the suite's code profile for the code-shaped ones)."""
     folder = traces_dir or default_traces_dir()
     needed = (CONV, CODE, SERVEGEN) if day else (CONV, CODE)
     if folder is None or not all((folder / f).exists() for f in needed):
         raise UserError(f"traces: {', '.join(needed)} are needed under {folder or 'profiles/traces'}; pass the "
                         "folder that holds them", key="traces")
-    policy = load_policy(EXAMPLE_POLICY)
+    source = policy_path or EXAMPLE_POLICY
+    policy = load_policy(source)
     shipped = load_profile(Path(policy.profile) if Path(policy.profile).is_absolute()
-                           else EXAMPLE_POLICY.parent.parent / policy.profile)
+                           else source.parent.parent / policy.profile)
     code: Profile | None = None
     members = []
     length = (QUICK_S + QUICK_WARMUP_S) if quick else (FULL_S + WARMUP_S)
@@ -209,7 +235,7 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
             own = type(policy).model_validate({**own.model_dump(by_alias=True), "scale_to_zero_after_s": idle_s,
                                                "pools": {p: {**own.pool(p).model_dump(by_alias=True), "min_replicas": 0}
                                                          for p in own.pool_names()}})
-        members.append(FleetMember(own, profile, m.priority, EXAMPLE_POLICY))
+        members.append(FleetMember(own, profile, m.priority, source))
         period = QUICK_PERIOD_S if quick else PERIOD_S
         traces[m.name] = (day_trace(m, folder, day_length(quick, compress), fleet_warmup(quick), seed + i, period,
                                     compress) if day else model_trace(m, folder, length, seed + i, period))

@@ -31,6 +31,7 @@ class AloneDraw:
     zero: bool = True
     idle_s: float = IDLE_S
     assignments: tuple[tuple[tuple[str, ...], Any], ...] = ()  # ``--vary``: fields set on the model's policy
+    policy_path: Path | None = None  # ``--policy``: the policy the fleet's models run (default: the example)
 
 
 def check_model(name: str) -> None:
@@ -39,15 +40,16 @@ def check_model(name: str) -> None:
         raise UserError(f"{name!r} is not a model of the fleet; one of {', '.join(names)}", key="alone")
 
 
-def check_vary(text: str | None) -> tuple[tuple[tuple[str, ...], Any], ...]:
-    """``--vary``'s fields, checked on the example policy first: a bad key or value is one line, before any run."""
+def check_vary(text: str | None, policy_path: Path | None = None) -> tuple[tuple[tuple[str, ...], Any], ...]:
+    """``--vary``'s fields, checked on the fleet's policy (default: the example) first: a bad key or value is one
+    line, before any run."""
     if text is None:
         return ()
     from planner.bench.fleet import EXAMPLE_POLICY
 
     try:
         assignments = parse_assignments(text)
-        PolicySource(None, assignments).load(EXAMPLE_POLICY, "the fleet's policy")
+        PolicySource(None, assignments).load(policy_path or EXAMPLE_POLICY, "the fleet's policy")
     except UserError as exc:
         raise UserError(str(exc), key="vary") from None
     return assignments
@@ -58,7 +60,7 @@ def alone_draw(draw: AloneDraw) -> dict:
     from planner.sim.evaluate.backtest import planner_run, score_run, sim_setup
 
     fleet, traces = bench_fleet(draw.quick, draw.traces_dir, None, draw.seed, draw.zero, draw.idle_s, day=draw.day,
-                                compress=draw.compress)
+                                compress=draw.compress, policy_path=draw.policy_path)
     m = fleet.member(draw.name)
     policy = m.policy
     if draw.assignments:

@@ -1,10 +1,12 @@
 """`planner bench suite`: every scenario of planner/bench/scenarios.py backtested, with the planner's and Dynamo's
-frontiers, in one command; one table, suite.json and per-scenario reports.
+frontiers, and the fleet scenarios of planner/bench/suite_fleet.py (eight models on one GPU budget), in one
+command; one table per kind, suite.json (``scenarios`` and ``fleets``) and per-scenario reports.
 
-Work is cut into independent tasks, spread over worker processes (every core): one backtest per
-scenario (the planner, the baselines, the lower bound and the offline schedule) and one replay per
-frontier point. Backtests go first, longest trace first, and the short frontier points fill in behind,
-so the cores finish together. Traces and profiles are built once, in the parent, and sent to each worker once.
+Work is cut into independent tasks, spread over worker processes (every core): one fleet run per fleet scenario
+(the day's is the longest task, so the fleets go first), one backtest per scenario (the planner, the baselines,
+the lower bound and the offline schedule) and one replay per frontier point. Backtests go next, longest trace
+first, and the short frontier points fill in behind, so the cores finish together. Traces and profiles are
+built once, in the parent, and sent to each worker once (a fleet builds its own eight traces in its worker).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from planner import __version__
-from planner.bench import scenarios
+from planner.bench import scenarios, suite_fleet
 from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.sim.evaluate.backtest import BacktestResult, run_backtest, sim_setup
@@ -42,6 +44,8 @@ from planner.sim.traces.records import RequestTrace
 
 FRONTIER_POLICIES = (PLANNER, *DYNAMO)  # the targets compare these; static and reactive: `backtest --frontier`
 OFFLINE_SIMULATIONS = {False: 24, True: 8}  # full, quick
+FLEET_UNITS = 100.0  # a fleet's bar: its shared replay to 45, the planners alone to 90, the static pools after
+FLEET_PHASES = {"fleet": 0.0, "unshared": 45.0}
 
 
 @dataclass(frozen=True)
@@ -68,16 +72,19 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     all the same)."""
     global _QUICK, _QUEUE
     t0, c0 = time.perf_counter(), time.process_time()
-    chosen = scenarios.pick(scenario_names)
+    chosen, fleets = suite_fleet.split(scenario_names)
     policy = scenarios.scenario_policy(policy_path)  # the file the user named first, then the data it runs on
     scenarios.check_traces(chosen, traces_dir)
+    suite_fleet.check_traces(fleets, traces_dir)
     _INPUTS.clear()
     for s in chosen:
         _INPUTS[s.name] = Inputs(s, scenarios.scenario_trace(s, traces_dir, quick), scenarios.scenario_profile(s, policy),
                                  policy, scenarios.warmup_s(s, quick), scenarios.yesterday_trace(s, traces_dir))
     _QUICK = quick
-    tasks = _tasks(quick)
-    console.print(f"suite: {len(chosen)} scenarios, {len(tasks)} tasks on {workers} worker processes"
+    # The fleets first: the day's is the suite's longest task.
+    tasks = [("fleet", f.name, _path(traces_dir), _path(policy_path), str(out)) for f in reversed(fleets)]
+    tasks += _tasks(quick)
+    console.print(f"suite: {len(chosen) + len(fleets)} scenarios, {len(tasks)} tasks on {workers} worker processes"
                   f"{' (quick)' if quick else ''}")
     ctx = process_context()
     _QUEUE = ctx.SimpleQueue()
@@ -92,9 +99,15 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     _reseed(console, results, quick, workers)
     wall_s = time.perf_counter() - t0
     doc = _document(results, quick, command, wall_s, workers, scenarios.policy_label(policy_path))
+    doc["fleets"] = {f.name: {"description": f.description, "report": results[t], "targets": suite_fleet.targets(results[t])}
+                     for f in fleets for t in results if t[0] == "fleet" and t[1] == f.name}
     doc["cpu_s"] = _cpu_summary(cpu_s, workers, time.process_time() - c0)
     _write(doc, out)
     return doc
+
+
+def _path(p: Path | None) -> str | None:
+    return None if p is None else str(p)
 
 
 def _init_worker(inputs: dict[str, Inputs], quick: bool, queue: Any) -> None:
@@ -117,7 +130,7 @@ def _run_task(task: tuple) -> tuple[tuple, Any, float]:
     """One task in a worker: its result and the CPU seconds it took (on a shared machine the wall time
     says as much about the other jobs as about this one)."""
     c0 = time.process_time()
-    value = _backtest(task[1]) if task[0] == "backtest" else _point(task)
+    value = _backtest(task[1]) if task[0] == "backtest" else _fleet(task) if task[0] == "fleet" else _point(task)
     return task, value, round(time.process_time() - c0, 2)
 
 
@@ -163,6 +176,17 @@ def _backtest(name: str) -> dict:
     return res.report
 
 
+def _fleet(task: tuple) -> dict:
+    _, name, traces_dir, policy_path, out = task
+    f = next(f for f in suite_fleet.FLEETS if f.name == name)
+
+    def progress(phase: str, done: float, total: float) -> None:
+        _send(("fleet", name, phase, done / max(total, 1e-9)))
+
+    return suite_fleet.run_fleet(f, _QUICK, None if traces_dir is None else Path(traces_dir),
+                                 None if policy_path is None else Path(policy_path), Path(out), progress)
+
+
 def _send(item: tuple) -> None:
     if _QUEUE is not None:
         _QUEUE.put(item)
@@ -180,7 +204,8 @@ class _Progress:
         self.ids = {}
         for name in dict.fromkeys(t[1] for t in tasks):
             points = sum(1 for t in tasks if t[0] == "point" and t[1] == name)
-            self.ids[name] = self.bar.add_task("waiting", total=self.backtest_units + points, name=name)
+            total = FLEET_UNITS if name in suite_fleet.names() else self.backtest_units + points
+            self.ids[name] = self.bar.add_task("waiting", total=total, name=name)
         self.points: dict[str, int] = dict.fromkeys(self.ids, 0)
         self.phases: dict[str, dict[str, float]] = {n: {} for n in self.ids}
         self.thread = threading.Thread(target=self._listen, daemon=True)
@@ -200,6 +225,11 @@ class _Progress:
             item = _QUEUE.get()
             if item[0] == "stop":
                 return
+            if item[0] == "fleet":  # the shared replay, then the planners alone; the static searches after
+                _, name, phase, share = item
+                done = FLEET_PHASES.get(phase, 0.0) + share * FLEET_UNITS * 0.45
+                self.bar.update(self.ids[name], description=f"{phase} replay", completed=done)
+                continue
             if item[0] == "phase":
                 _, name, phase, done, total = item
                 units = done if phase == "offline schedule" else done / max(total, 1e-9)
@@ -214,7 +244,9 @@ class _Progress:
         self.bar.update(self.ids[name], completed=done)
 
     def finished(self, task: tuple) -> None:
-        if task[0] == "backtest":
+        if task[0] == "fleet":
+            self.bar.update(self.ids[task[1]], description="done", completed=FLEET_UNITS)
+        elif task[0] == "backtest":
             self.phases[task[1]] = {"done": float(self.backtest_units)}
             self.bar.update(self.ids[task[1]], description="frontier points")
             self._refresh(task[1])
@@ -281,5 +313,9 @@ def _write(doc: dict, out: Path) -> list[Path]:
         (folder / "report.md").write_text(render_markdown(sc["report"]) + frontier_markdown(sc["frontier"]))
         paths += write_frontier(sc["frontier"], folder, title=f"{name}: {sc['description']}",
                                 sla_percentile=sc["report"]["sla"]["percentile"])
+    for name, fl in doc.get("fleets", {}).items():  # report.md and fleet.png: written by the fleet's task
+        (out / name).mkdir(exist_ok=True)
+        (out / name / "report.json").write_text(json.dumps(fl["report"], indent=1) + "\n")
+        paths.append(out / name / "report.json")
     return paths
 

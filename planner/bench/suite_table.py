@@ -14,8 +14,9 @@ TARGET_COLUMNS = (("planner", f"planner >= SLA, <= {PLANNER_GPU_RATIO:.2f}x"),
 
 
 def render(console: Console, doc: dict) -> None:
-    console.print(results_table(doc))
-    console.print(targets_table(doc))
+    if doc["scenarios"]:
+        console.print(results_table(doc))
+        console.print(targets_table(doc))
     for name, sc in doc["scenarios"].items():
         for t in sc["targets"]:
             if not t["met"]:
@@ -27,10 +28,42 @@ def render(console: Console, doc: dict) -> None:
             console.print(f"[bold red]{name}: BROKEN YARDSTICK[/] frontier point {d['policy']} {d['knob']} "
                           f"{d['value']:g}: {d['attainment_joint']:.2%} on {d['gpu_hours']:.2f} GPU-h beats the "
                           "offline schedule on both axes", soft_wrap=True, highlight=False)
+    for name, fl in doc.get("fleets", {}).items():
+        console.print(fleet_table(name, fl))
+        for t in fl["targets"]:
+            mark = "[green]met[/]" if t["met"] else "[red]missed[/]"
+            console.print(f"[bold]{name}[/] {FLEET_TARGETS[t['target']]}: {mark} ({t['detail']})", soft_wrap=True,
+                          highlight=False)
     cpu = doc.get("cpu_s", {})
     console.print(f"wall time: {_min_s(doc['wall_s'])} on {doc['workers']} worker processes ({doc['cpu_count']} cores)"
                   f"{' (quick)' if doc['quick'] else ''}; CPU {_min_s(cpu.get('total', 0.0))} in all, "
                   f"{_min_s(cpu.get('idle_cores_wall_estimate', 0.0))} on {doc['workers']} idle cores")
+
+
+FLEET_TARGETS = {"high_priority": "every top-priority SLA met while the budget binds",
+                 "no_failures": "no request failed", "static_peak": "<= 0.5x static pools at their peaks"}
+
+
+def fleet_table(name: str, fleet: dict) -> Table:
+    """One fleet scenario: per model its priority, attainment and GPU-hours beside its static pool at peak, then
+    the fleet against the same planners without the budget and the static pools."""
+    r = fleet["report"]
+    f, comp = r["fleet"], r.get("comparisons", {})
+    table = Table(title=f"{name}: {f['budget_gpus']} GPUs shared, peak {f['max_gpus_used']:g}, budget bound on "
+                        f"{f['binding_ticks']} ticks, {f['cold_starts']} cold starts")
+    for col in ("model", "priority", "joint", "GPU-h", "static at peak GPU-h", "clamped ticks", "wakes"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    static = comp.get("static_peak", {}).get("policies", {})
+    for model, p in r["policies"].items():
+        s_h = static.get(model, {}).get("gpu_hours")
+        table.add_row(model, str(p["priority"]), _joint(p["attainment_joint"]), f"{p['gpu_hours']:.2f}",
+                      "-" if s_h is None else f"{s_h:.2f}", str(p["clamped_ticks"]), str(p["cold_starts"]["wakes"]))
+    table.add_row("[bold]fleet[/]", "", "", f"{f['gpu_hours']:.2f}", "", "", "", end_section=True)
+    for key, label in (("unshared", "no shared budget"), ("static_peak", "static at each peak"),
+                       ("static_min", "cheapest static (oracle)")):
+        if key in comp:
+            table.add_row(f"[dim]{label}[/]", "", "", f"{comp[key]['gpu_hours']:.2f}", "", "", "")
+    return table
 
 
 def _min_s(seconds: float) -> str:

@@ -111,21 +111,24 @@ def bench_observe(
 
 
 # The suite's scenario and trace flags, shared by `bench suite` and `bench seeds`.
-SCENARIOS_HELP = "comma-separated subset (default: all): azure-conv, azure-code, servegen, long-lognormal, chat-docs"
+SCENARIOS_HELP = ("comma-separated subset (default: all): azure-conv, azure-code, servegen, servegen-day, long-lognormal, "
+                  "chat-docs")
+SUITE_SCENARIOS_HELP = SCENARIOS_HELP[:-1] + "; and the fleets of eight models on one GPU budget: fleet, fleet-day)"
 TRACES_HELP = "folder holding azure2023/ and servegen/ (default: the shipped profiles/traces)"
 
 
 def bench_suite(
     quick: Annotated[bool, typer.Option("--quick", help="short windows and fewer frontier points (CI, minutes)")] = False,
-    scenarios: Annotated[str | None, typer.Option(help=SCENARIOS_HELP)] = None,
+    scenarios: Annotated[str | None, typer.Option(help=SUITE_SCENARIOS_HELP)] = None,
     traces: Annotated[Path | None, typer.Option(help=TRACES_HELP)] = None,
     out: Annotated[Path, typer.Option(help="output folder: suite.json and a report per scenario")] = Path("out/suite"),
     workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
     policy: Annotated[Path | None, typer.Option(help="a policy to compare instead of policies/example.yaml (its "
                                                 "profile is still swapped per scenario)")] = None,
 ) -> None:
-    """Every scenario (Azure conv and code, ServeGen, two heavy-tailed synthetic mixes) backtested with the
-    planner's and Dynamo's frontiers; prints one table and the targets, writes suite.json."""
+    """Every scenario (Azure conv and code, ServeGen over an hour and a day, two heavy-tailed synthetic mixes)
+    backtested with the planner's and Dynamo's frontiers, and the fleet of eight models on one GPU budget over the
+    hour and the day; prints the tables and the targets, writes suite.json."""
     import os
 
     from planner.bench import suite, suite_table
@@ -291,6 +294,9 @@ AloneOpt = Annotated[str | None, typer.Option("--alone", metavar="MODEL", help="
 AloneSeedsOpt = Annotated[int, typer.Option("--seeds", min=1, max=100, help="with --alone: draws --seed .. --seed+N-1")]
 AloneWorkersOpt = Annotated[int | None, typer.Option("--workers", min=1, help="with --alone: worker processes "
                                                      "(default: every core)")]
+FleetPolicyOpt = Annotated[Path | None, typer.Option("--policy", metavar="FILE", help="the policy every model runs "
+                                                    "(default: policies/example.yaml; the code-shaped models on the "
+                                                    "suite's code profile)")]
 AloneVaryOpt = Annotated[str | None, typer.Option("--vary", metavar="KEY=VALUE[;...]", help="with --alone: these "
                                                   "fields set on the model's policy, e.g. 'sla.recover_hold_s=0'")]
 
@@ -320,6 +326,7 @@ def bench_fleet_cmd(
                                                    "this many times faster (default 1: as recorded, 7 minutes a run "
                                                    "on 2 cores; 8: 3 hours of simulated time, 40 s)")] = None,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip fleet.png")] = False,
+    policy: FleetPolicyOpt = None,
     alone: AloneOpt = None,
     seeds: AloneSeedsOpt = 1,
     workers: AloneWorkersOpt = None,
@@ -333,6 +340,7 @@ def bench_fleet_cmd(
 
     from planner.bench import fleet as fb
     from planner.commands.progress import phase_progress
+    from planner.policy_file import load_policy
     from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
 
     if traces is not None and not traces.is_dir():
@@ -340,49 +348,27 @@ def bench_fleet_cmd(
     if compress is not None and not day:
         raise UserError("--compress: only with --day (the hour is played as recorded)")
     squeeze = fb.DAY_COMPRESS if compress is None else compress
+    if policy is not None:
+        load_policy(policy)  # a bad file is one line and exit 2 before anything runs
     if alone is not None:
-        return _fleet_alone(out, alone, seed, seeds, workers, quick, day, squeeze, traces, zero, idle_s, vary)
+        return _fleet_alone(out, alone, seed, seeds, workers, quick, day, squeeze, traces, zero, idle_s, vary, policy)
     if seeds != 1 or workers is not None or vary is not None:
         raise UserError("--seeds/--workers/--vary: only with --alone MODEL (a fleet run is one draw: --seed)")
-    fleet, model_traces = fb.bench_fleet(quick, traces, budget_gpus, seed, zero,
-                                         fb.IDLE_S if idle_s is None else idle_s, wake_first, wake_after_s, day, squeeze)
+    fleet, model_traces = fb.bench_fleet(quick, traces, budget_gpus, seed, zero, fb.IDLE_S if idle_s is None else idle_s,
+                                         wake_first, wake_after_s, day, squeeze, policy)
     console = Console()
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
         result = run_fleet_backtest(fleet, model_traces, warmup_s=fb.fleet_warmup(quick), progress=progress)
-    result.report.update(_fleet_traces(quick, day, squeeze), timings_s={"total": round(time.perf_counter() - t0, 2)},
-                         command=_fleet_command(quick, budget_gpus, seed, zero, idle_s, wake_first, wake_after_s, day,
-                                                compress))
+    result.report.update(fb.trace_notes(quick, day, squeeze), timings_s={"total": round(time.perf_counter() - t0, 2)},
+                         command=fb.fleet_command(quick, budget_gpus, seed, zero, idle_s, wake_first, wake_after_s, day,
+                                                  compress, policy))
     _write_fleet(console, out, result, fleet, model_traces, not no_plots)
 
 
-def _fleet_traces(quick: bool, day: bool, compress: float) -> dict:
-    """report.json's ``models`` (what each model's trace is drawn from) and, for a day, ``day``."""
-    from planner.bench import fleet as fb
-
-    out: dict = {"models": {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale,
-                                     "sparse": m.busy_phase is not None, "burst": m.burst, "code_profile": m.code}
-                            for m in fb.MODELS}}
-    if day:
-        out["day"] = {"trace": fb.SERVEGEN, "compress": compress,
-                      "scored_s": fb.day_length(quick, compress) - fb.fleet_warmup(quick)}
-    return out
-
-
-def _fleet_command(quick: bool, budget_gpus: int | None, seed: int, zero: bool, idle_s: float | None,
-                   wake_first: bool, wake_after_s: float | None, day: bool, compress: float | None) -> str:
-    """The command line that reproduces a fleet run (report.json's ``command``)."""
-    return " ".join(["planner bench fleet", *(["--quick"] if quick else []),
-                     *([f"--budget-gpus {budget_gpus}"] if budget_gpus else []), f"--seed {seed}",
-                     *([] if zero else ["--no-zero"]), *([f"--idle-s {idle_s:g}"] if idle_s is not None else []),
-                     *([] if wake_first else ["--no-wake-first"]),
-                     *([f"--wake-after-s {wake_after_s:g}"] if wake_after_s is not None else []),
-                     *(["--day"] if day else []),
-                     *([f"--compress {compress:g}"] if compress is not None else [])])
-
-
 def _fleet_alone(out: Path, name: str, seed: int, seeds: int, workers: int | None, quick: bool, day: bool,
-                 compress: float, traces: Path | None, zero: bool, idle_s: float | None, vary: str | None) -> None:
+                 compress: float, traces: Path | None, zero: bool, idle_s: float | None, vary: str | None,
+                 policy: Path | None = None) -> None:
     """``--alone``: one model's planner over ``seeds`` draws; a table, its summary and ``out``/alone.json."""
     import os
 
@@ -392,9 +378,9 @@ def _fleet_alone(out: Path, name: str, seed: int, seeds: int, workers: int | Non
     from planner.bench.fleet_alone import AloneDraw, alone_draws, alone_summary, check_model, check_vary
 
     check_model(name)
-    assignments = check_vary(vary)
-    draws = [AloneDraw(name, s, quick, day, compress, traces, zero, IDLE_S if idle_s is None else idle_s, assignments)
-             for s in range(seed, seed + seeds)]
+    assignments = check_vary(vary, policy)
+    draws = [AloneDraw(name, s, quick, day, compress, traces, zero, IDLE_S if idle_s is None else idle_s, assignments,
+                       policy) for s in range(seed, seed + seeds)]
     console = Console()
     with console.status(f"{name} alone over {seeds} draw(s)"):
         runs = alone_draws(draws, workers or os.cpu_count() or 1)
@@ -412,7 +398,8 @@ def _fleet_alone(out: Path, name: str, seed: int, seeds: int, workers: int | Non
     console.print(f"worst {'-' if worst is None else f'{worst:.2%}'}, {summary['below']} of {len(runs)} below "
                   f"the percentile, {summary['gpu_hours_mean']} GPU-h mean")
     out.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["planner bench fleet", f"--alone {name}", f"--seed {seed}", f"--seeds {seeds}",
+    command = " ".join(["planner bench fleet", f"--alone {name}", *([f"--policy {policy}"] if policy else []),
+                        f"--seed {seed}", f"--seeds {seeds}",
                         *(["--quick"] if quick else []), *(["--day"] if day else []),
                         *([f"--compress {compress:g}"] if day and compress != 1 else []),
                         *([f"--vary {shlex.quote(vary)}"] if vary else [])])
