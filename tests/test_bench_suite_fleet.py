@@ -103,4 +103,5 @@ def test_the_suites_fleet_is_planner_bench_fleets_run(tmp_path: Path, capsys) ->
     for file in ("report.json", "report.md", "fleet.png"):
         assert (tmp_path / "suite" / "fleet" / file).stat().st_size > 0
     assert "fleet: 44 GPUs shared" in shown and "<= 0.5x static pools at their peaks" in shown
+    assert "cold TTFT p95 s" in shown  # the issue asks for cold starts and their TTFT
     assert "Targets (example policy as shipped)" not in shown  # no backtest scenario, no backtest tables

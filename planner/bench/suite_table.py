@@ -51,18 +51,20 @@ def fleet_table(name: str, fleet: dict) -> Table:
     f, comp = r["fleet"], r.get("comparisons", {})
     table = Table(title=f"{name}: {f['budget_gpus']} GPUs shared, peak {f['max_gpus_used']:g}, budget bound on "
                         f"{f['binding_ticks']} ticks, {f['cold_starts']} cold starts")
-    for col in ("model", "priority", "joint", "GPU-h", "static at peak GPU-h", "clamped ticks", "wakes"):
+    for col in ("model", "priority", "joint", "GPU-h", "static at peak GPU-h", "clamped ticks", "wakes",
+                "cold TTFT p95 s"):
         table.add_column(col, justify="left" if col == "model" else "right")
     static = comp.get("static_peak", {}).get("policies", {})
     for model, p in r["policies"].items():
-        s_h = static.get(model, {}).get("gpu_hours")
+        s_h, cold = static.get(model, {}).get("gpu_hours"), p["cold_starts"]
         table.add_row(model, str(p["priority"]), _joint(p["attainment_joint"]), f"{p['gpu_hours']:.2f}",
-                      "-" if s_h is None else f"{s_h:.2f}", str(p["clamped_ticks"]), str(p["cold_starts"]["wakes"]))
-    table.add_row("[bold]fleet[/]", "", "", f"{f['gpu_hours']:.2f}", "", "", "", end_section=True)
+                      "-" if s_h is None else f"{s_h:.2f}", str(p["clamped_ticks"]), str(cold["wakes"]),
+                      "-" if cold["ttft_ms_p95"] is None else f"{cold['ttft_ms_p95'] / 1e3:.1f}")
+    table.add_row("[bold]fleet[/]", "", "", f"{f['gpu_hours']:.2f}", "", "", "", "", end_section=True)
     for key, label in (("unshared", "no shared budget"), ("static_peak", "static at each peak"),
                        ("static_min", "cheapest static (oracle)")):
         if key in comp:
-            table.add_row(f"[dim]{label}[/]", "", "", f"{comp[key]['gpu_hours']:.2f}", "", "", "")
+            table.add_row(f"[dim]{label}[/]", "", "", f"{comp[key]['gpu_hours']:.2f}", "", "", "", "")
     return table
 
 
