@@ -219,6 +219,8 @@ def test_the_real_day_plays_servegens_windows_at_their_own_length() -> None:
     (["--vary", "sla.recover_hold_s=0"], "--seeds/--workers/--vary: only with --alone MODEL"),
     (["--alone", "code-large", "--vary", "sla.recover_hold_s=-1"], "--vary: "),
     (["--alone", "code-large", "--vary", "sla.nope=1"], "--vary: "),
+    (["--policy", "/nope/policy.yaml"], "/nope/policy.yaml: policy file not found"),
+    (["--alone", "code-large", "--policy", "/nope/policy.yaml"], "/nope/policy.yaml: policy file not found"),
 ])
 def test_alone_is_refused_with_one_line(args: list[str], said: str, capsys) -> None:  # noqa: ANN001
     rc = run(["bench", "fleet", "--quick", *args])
