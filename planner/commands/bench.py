@@ -340,16 +340,10 @@ def bench_fleet_cmd(
 
     from planner.bench import fleet as fb
     from planner.commands.progress import phase_progress
-    from planner.policy_file import load_policy
     from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
 
-    if traces is not None and not traces.is_dir():
-        raise UserError(f"--traces: {traces} is not a folder")
-    if compress is not None and not day:
-        raise UserError("--compress: only with --day (the hour is played as recorded)")
+    _check_fleet_args(traces, compress, day, policy)
     squeeze = fb.DAY_COMPRESS if compress is None else compress
-    if policy is not None:
-        load_policy(policy)  # a bad file is one line and exit 2 before anything runs
     if alone is not None:
         return _fleet_alone(out, alone, seed, seeds, workers, quick, day, squeeze, traces, zero, idle_s, vary, policy)
     if seeds != 1 or workers is not None or vary is not None:
@@ -364,6 +358,18 @@ def bench_fleet_cmd(
                          command=fb.fleet_command(quick, budget_gpus, seed, zero, idle_s, wake_first, wake_after_s, day,
                                                   compress, policy))
     _write_fleet(console, out, result, fleet, model_traces, not no_plots)
+
+
+def _check_fleet_args(traces: Path | None, compress: float | None, day: bool, policy: Path | None) -> None:
+    """`planner bench fleet`'s arguments that can be wrong before anything runs: one line and exit 2."""
+    from planner.policy_file import load_policy
+
+    if traces is not None and not traces.is_dir():
+        raise UserError(f"--traces: {traces} is not a folder")
+    if compress is not None and not day:
+        raise UserError("--compress: only with --day (the hour is played as recorded)")
+    if policy is not None:
+        load_policy(policy)
 
 
 def _fleet_alone(out: Path, name: str, seed: int, seeds: int, workers: int | None, quick: bool, day: bool,
