@@ -81,9 +81,10 @@ def test_the_fleet_runs_the_policy_it_is_given(tmp_path: Path) -> None:
     assert {m.policy.forecast.quantile for m in example.members} == {0.85}
 
 
-def test_the_suites_fleet_is_planner_bench_fleets_run(tmp_path: Path, capsys) -> None:
+def test_the_suites_fleet_is_planner_bench_fleets_run(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     """The suite's quick fleet is the quick `planner bench fleet` (same figures, the command that replays it in its
     report), with its table, its targets and its files."""
+    monkeypatch.setenv("COLUMNS", "200")  # the table's headers whole (CI's 80 columns wrap them)
     assert run(["bench", "suite", "--quick", "--scenarios", "fleet", "--workers", "1", "--out",
                 str(tmp_path / "suite")]) == 0
     shown = capsys.readouterr().out
