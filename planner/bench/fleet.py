@@ -167,6 +167,16 @@ def day_trace(m: FleetModel, traces_dir: Path, length_s: float, warmup_s: float,
     return RequestTrace(at[keep][order], isl[keep][order], osl[keep][order], f"{m.trace_file} + {SERVEGEN}", note)
 
 
+def needed_traces(day: bool) -> tuple[str, ...]:
+    """The shipped trace files a fleet run reads (the day's ServeGen rates too)."""
+    return (CONV, CODE, SERVEGEN) if day else (CONV, CODE)
+
+
+def missing_trace(folder: Path, day: bool) -> Path | None:
+    """The first trace file a fleet run needs that ``folder`` lacks (None: all there)."""
+    return next((folder / n for n in needed_traces(day) if not (folder / n).is_file()), None)
+
+
 def trace_notes(quick: bool, day: bool, compress: float) -> dict:
     """report.json's ``models`` (what each model's trace is drawn from) and, for a day, ``day``."""
     out: dict = {"models": {m.name: {"trace": m.trace_file, "rate_scale": m.rate_scale,
@@ -211,10 +221,9 @@ def bench_fleet(quick: bool = False, traces_dir: Path | None = None, budget_gpus
     played ``compress`` x faster; ``policy_path``: the policy every model runs (default: the example as shipped;
     its profile for the conv-shaped models, the suite's code profile for the code-shaped ones)."""
     folder = traces_dir or default_traces_dir()
-    needed = (CONV, CODE, SERVEGEN) if day else (CONV, CODE)
-    if folder is None or not all((folder / f).exists() for f in needed):
-        raise UserError(f"traces: {', '.join(needed)} are needed under {folder or 'profiles/traces'}; pass the "
-                        "folder that holds them", key="traces")
+    if folder is None or missing_trace(folder, day) is not None:
+        raise UserError(f"traces: {', '.join(needed_traces(day))} are needed under {folder or 'profiles/traces'}; "
+                        "pass the folder that holds them", key="traces")
     source = policy_path or EXAMPLE_POLICY
     policy = load_policy(source)
     shipped = load_profile(Path(policy.profile) if Path(policy.profile).is_absolute()

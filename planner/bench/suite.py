@@ -45,7 +45,8 @@ from planner.sim.traces.records import RequestTrace
 FRONTIER_POLICIES = (PLANNER, *DYNAMO)  # the targets compare these; static and reactive: `backtest --frontier`
 OFFLINE_SIMULATIONS = {False: 24, True: 8}  # full, quick
 FLEET_UNITS = 100.0  # a fleet's bar: its shared replay to 45, the planners alone to 90, the static pools after
-FLEET_PHASES = {"fleet": 0.0, "unshared": 45.0}
+FLEET_PHASE_UNITS = 45.0
+FLEET_PHASES = {"fleet": 0.0, "unshared": FLEET_PHASE_UNITS}
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,9 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     _reseed(console, results, quick, workers)
     wall_s = time.perf_counter() - t0
     doc = _document(results, quick, command, wall_s, workers, scenarios.policy_label(policy_path))
-    doc["fleets"] = {f.name: {"description": f.description, "report": results[t], "targets": suite_fleet.targets(results[t])}
-                     for f in fleets for t in results if t[0] == "fleet" and t[1] == f.name}
+    reports = {t[1]: v for t, v in results.items() if t[0] == "fleet"}
+    doc["fleets"] = {f.name: {"description": f.description, "report": reports[f.name],
+                              "targets": suite_fleet.targets(reports[f.name])} for f in fleets}
     doc["cpu_s"] = _cpu_summary(cpu_s, workers, time.process_time() - c0)
     _write(doc, out)
     return doc
@@ -178,7 +180,7 @@ def _backtest(name: str) -> dict:
 
 def _fleet(task: tuple) -> dict:
     _, name, traces_dir, policy_path, out = task
-    f = next(f for f in suite_fleet.FLEETS if f.name == name)
+    f = suite_fleet.named(name)
 
     def progress(phase: str, done: float, total: float) -> None:
         _send(("fleet", name, phase, done / max(total, 1e-9)))
@@ -227,7 +229,7 @@ class _Progress:
                 return
             if item[0] == "fleet":  # the shared replay, then the planners alone; the static searches after
                 _, name, phase, share = item
-                done = FLEET_PHASES.get(phase, 0.0) + share * FLEET_UNITS * 0.45
+                done = FLEET_PHASES.get(phase, 0.0) + share * FLEET_PHASE_UNITS
                 self.bar.update(self.ids[name], description=f"{phase} replay", completed=done)
                 continue
             if item[0] == "phase":
@@ -313,9 +315,7 @@ def _write(doc: dict, out: Path) -> list[Path]:
         (folder / "report.md").write_text(render_markdown(sc["report"]) + frontier_markdown(sc["frontier"]))
         paths += write_frontier(sc["frontier"], folder, title=f"{name}: {sc['description']}",
                                 sla_percentile=sc["report"]["sla"]["percentile"])
-    for name, fl in doc.get("fleets", {}).items():  # report.md and fleet.png: written by the fleet's task
-        (out / name).mkdir(exist_ok=True)
-        (out / name / "report.json").write_text(json.dumps(fl["report"], indent=1) + "\n")
-        paths.append(out / name / "report.json")
+    # A fleet's report.json, report.md and fleet.png: written by its task, where its replays are.
+    paths += [out / name / "report.json" for name in doc.get("fleets", {})]
     return paths
 

@@ -55,15 +55,19 @@ def split(selected: list[str] | None) -> tuple[list[scenarios.Scenario], list[Su
 
 
 def check_traces(fleets: list[SuiteFleet], traces_dir: Path | None) -> None:
-    """Every trace file the chosen fleets read exists (before anything runs): one line naming the files."""
-    from planner.bench import fleet as fb
+    """Every trace file the chosen fleets read exists (before anything runs): one line naming the file."""
+    from planner.bench.fleet import missing_trace
 
     folder = traces_dir or scenarios.default_traces_dir()
     for f in fleets:
-        for name in (fb.CONV, fb.CODE, fb.SERVEGEN) if f.day else (fb.CONV, fb.CODE):
-            if not (folder / name).is_file():
-                raise UserError(f"traces: {folder / name} not found (scenario {f.name}); pass the folder that holds "
-                                "azure2023/ and servegen/", key="traces")
+        missing = missing_trace(folder, f.day)
+        if missing is not None:
+            raise UserError(f"traces: {missing} not found (scenario {f.name}); pass the folder that holds "
+                            "azure2023/ and servegen/", key="traces")
+
+
+def named(name: str) -> SuiteFleet:
+    return next(f for f in FLEETS if f.name == name)
 
 
 def run_fleet(f: SuiteFleet, quick: bool, traces_dir: Path | None, policy_path: Path | None, out: Path,
@@ -71,19 +75,14 @@ def run_fleet(f: SuiteFleet, quick: bool, traces_dir: Path | None, policy_path: 
     """One fleet scenario: its report (with ``command``, the ``planner bench fleet`` line that replays it), written
     with report.md and fleet.png under ``out``/<name>."""
     from planner.bench import fleet as fb
-    from planner.sim.evaluate.fleet_backtest import fleet_markdown, run_fleet_backtest
+    from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
+    from planner.sim.evaluate.fleet_report import write_fleet_report
 
     fleet, traces = fb.bench_fleet(quick, traces_dir, day=f.day, policy_path=policy_path)
     result = run_fleet_backtest(fleet, traces, warmup_s=fb.fleet_warmup(quick), progress=progress)
     result.report.update(fb.trace_notes(quick, f.day, fb.DAY_COMPRESS),
                          command=fb.fleet_command(quick, day=f.day, policy_path=policy_path))
-    folder = out / f.name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.md").write_text(fleet_markdown(result.report))
-    if plots:
-        from planner.sim.evaluate.fleet_plot import plot_fleet
-
-        plot_fleet(folder / "fleet.png", result, fleet, traces)
+    write_fleet_report(out / f.name, result, fleet, traces, plots)
     return result.report
 
 

@@ -417,18 +417,11 @@ def _fleet_alone(out: Path, name: str, seed: int, seeds: int, workers: int | Non
 def _write_fleet(console: Console, out: Path, result: Any, fleet: Any, model_traces: dict,  # noqa: ANN401
                  plots: bool) -> None:
     """report.json, report.md (printed too) and, with ``plots``, fleet.png under ``out``."""
-    from planner.sim.evaluate.fleet_backtest import fleet_markdown
+    from planner.sim.evaluate.fleet_report import write_fleet_report
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(result.report, indent=1))
-    md = fleet_markdown(result.report)
-    (out / "report.md").write_text(md)
+    md, paths = write_fleet_report(out, result, fleet, model_traces, plots)
     console.print(md, markup=False, highlight=False)
-    console.print(f"wrote {out / 'report.json'}")
-    if plots:
-        from planner.sim.evaluate.fleet_plot import plot_fleet
-
-        console.print(f"wrote {plot_fleet(out / 'fleet.png', result, fleet, model_traces)}")
+    console.print("\n".join(f"wrote {p}" for p in paths))
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -84,7 +84,8 @@ def fleet_backtest(fleet_path: Path, given: list[str], out: Path, *, format: str
                    rate_scale: float, scale_mode: str, seed: int, start_s: float | None, duration_s: float | None,
                    startup_s: float | None, kill: bool, no_plots: bool) -> dict:
     from planner.fleet_file import load_fleet
-    from planner.sim.evaluate.fleet_backtest import fleet_markdown, run_fleet_backtest
+    from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
+    from planner.sim.evaluate.fleet_report import write_fleet_report
 
     console = Console()
     fleet = load_fleet(fleet_path)
@@ -107,21 +108,10 @@ def fleet_backtest(fleet_path: Path, given: list[str], out: Path, *, format: str
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
     report["sim"] = {"kill": kill, "seed": seed, "format": format, "rate_scale": rate_scale, "scale_mode": scale_mode,
                      "startup_s": startup_s}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=_jsonable))
-    md = fleet_markdown(report)
-    (out / "report.md").write_text(md)
+    md, paths = write_fleet_report(out, result, fleet, traces, not no_plots)
     console.print(md, markup=False, highlight=False)
-    console.print(f"wrote {out / 'report.json'}\nwrote {out / 'report.md'}")
-    if not no_plots:
-        from planner.sim.evaluate.fleet_plot import plot_fleet
-
-        console.print(f"wrote {plot_fleet(out / 'fleet.png', result, fleet, traces)}")
+    console.print("\n".join(f"wrote {p}" for p in paths))
     return report
-
-
-def _jsonable(value: object) -> object:
-    return str(value)
 
 
 def _load_each(files: dict[str, Path], format: str, columns: dict[str, str] | None, rate_scale: float,
