@@ -149,3 +149,31 @@ def test_cli_quantile_override_is_recorded_and_checked(tmp_path: Path, capsys: p
     assert run([*argv, "--quantile", "0.75", "--forecaster", "ewma"]) == 0
     report = yaml.safe_load((tmp_path / "o" / "report.json").read_text())
     assert report["sim"]["forecast"] == {"model": "ewma", "quantile": 0.75}
+
+
+@pytest.mark.parametrize(("vary", "names"), [
+    ("bogus", "--vary: 'bogus' is not KEY=VALUE"),
+    ("pools.prefil.max_replicas=3", "unknown key 'pools.prefil'"),
+    ("pools.prefill.max_replicas=nope", "pools.prefill.max_replicas"),
+], ids=["not-key-value", "unknown-key", "bad-value"])
+def test_cli_vary_is_checked_like_a_policy_file(vary: str, names: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    argv = [*_backtest_argv(tmp_path, duration_s=120.0), "--no-plots"]
+    assert run([*argv, "--vary", vary]) == 2
+    err = capsys.readouterr().err
+    assert len([line for line in err.splitlines() if line.strip()]) == 1 and names in err, err
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_cli_vary_sets_the_policy_and_is_recorded(tmp_path: Path) -> None:
+    """--vary lifts the prefill pool's floor to 3 replicas (the 5 req/s trace needs 1); the report names the file
+    and what was set on it."""
+    argv = [*_backtest_argv(tmp_path, duration_s=240.0), "--no-plots"]
+    assert run([*argv, "--vary", "pools.prefill.min_replicas=3;forecast.quantile=0.9"]) == 0
+    report = yaml.safe_load((tmp_path / "o" / "report.json").read_text())
+    assert report["sim"]["policy"].endswith("p.yaml [pools.prefill.min_replicas=3; forecast.quantile=0.9]")
+    assert report["sim"]["forecast"]["quantile"] == 0.9
+    assert report["policies"]["planner"]["peak_replicas"]["prefill"] == 3
+    assert run([*argv, "--out", str(tmp_path / "plain")]) == 0
+    plain = yaml.safe_load((tmp_path / "plain" / "report.json").read_text())
+    assert plain["sim"]["policy"].endswith("p.yaml") and plain["policies"]["planner"]["peak_replicas"]["prefill"] < 3

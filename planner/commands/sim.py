@@ -15,6 +15,7 @@ from planner.commands.args import parse_columns
 from planner.commands.console import out_console
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
+from planner.policy_variant import variant_label
 from planner.sim.evaluate.baselines.registry import DEFAULT_BASELINES
 from planner.sim.evaluate.baselines.registry import names as baseline_names
 
@@ -37,6 +38,8 @@ ORACLE_INTERVAL_HELP = "deprecated: the offline schedule replaced the per-interv
 
 TRACE_HELP = ("trace file; with --fleet, POLICY=FILE once per policy of the fleet, or one csv/jsonl file split by "
               "its model column (--columns ...,model=COL)")
+VARY_HELP = ("the policy with these fields set (dotted keys of the policy file, values as YAML, several joined by "
+             "';'), e.g. 'pools.prefill.max_replicas=200;pools.decode.max_replicas=200'")
 FLEET_HELP = ("fleet YAML: replay every policy on its own trace (--trace POLICY=FILE) under one GPU budget, against "
               "the same planners without it and static pools at each model's peak")
 
@@ -66,6 +69,7 @@ def backtest_cmd(
     forecaster: Annotated[str | None, typer.Option(help="override the policy's forecast model")] = None,
     quantile: Annotated[float | None, typer.Option("--quantile", help="override the policy's forecast "
                                                    "quantile (0.5-0.99; for attainment/GPU-hour frontiers)")] = None,
+    vary: Annotated[str | None, typer.Option("--vary", metavar="KEY=VALUE[;...]", help=VARY_HELP)] = None,
     oracle_interval_s: Annotated[float | None, typer.Option("--oracle-interval-s", hidden=True,
                                                             help=ORACLE_INTERVAL_HELP)] = None,
     workers: Annotated[int | None, typer.Option(help="processes judging offline-schedule candidates (default: up "
@@ -88,14 +92,16 @@ def backtest_cmd(
         _only_without_fleet((("--policy", policy is not None), ("--profile", profile is not None),
                              ("--frontier", frontier), ("--warmup-s", warmup_s != 0.0),
                              ("--yesterday", yesterday is not None), ("--quantile", quantile is not None),
-                             ("--forecaster", forecaster is not None)))
+                             ("--forecaster", forecaster is not None), ("--vary", vary is not None)))
         fleet_backtest(fleet, trace, out, format=format, columns=parse_columns(columns), rate_scale=rate_scale,
                        scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s, startup_s=startup_s,
                        kill=kill, no_plots=no_plots)
         return
     policy, profile = _one_policy_args(trace, columns, policy, profile)
-    _backtest_one(Path(trace[0]), profile, policy, out, format, columns, rate_scale, scale_mode, startup_s, baselines,
-                  kill, seed, duration_s, start_s, forecaster, quantile, workers, offline_simulations, no_plots,
+    pol = _policy(policy, quantile, vary)
+    label = str(policy) if vary is None else variant_label(str(policy), vary)
+    _backtest_one(Path(trace[0]), profile, (pol, label), out, format, columns, rate_scale, scale_mode, startup_s, baselines,
+                  kill, seed, duration_s, start_s, forecaster, workers, offline_simulations, no_plots,
                   dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s)
 
 
@@ -119,9 +125,9 @@ def _only_without_fleet(flags: tuple[tuple[str, bool], ...]) -> None:
         raise UserError(f"{unsupported[0]}: not with --fleet (the fleet file names each policy, and its profile)")
 
 
-def _backtest_one(trace: Path, profile: Path, policy: Path, out: Path, format: str, columns: str | None,
+def _backtest_one(trace: Path, profile: Path, policy: tuple[PolicyFile, str], out: Path, format: str, columns: str | None,
                   rate_scale: float, scale_mode: str, startup_s: float | None, baselines: str, kill: bool, seed: int,
-                  duration_s: float | None, start_s: float | None, forecaster: str | None, quantile: float | None,
+                  duration_s: float | None, start_s: float | None, forecaster: str | None,
                   workers: int | None, offline_simulations: int, no_plots: bool, dynamo_predictor: str,
                   warmup_s: float, frontier: bool, oracle_interval_s: float | None, yesterday: Path | None,
                   peak_window_s: float) -> None:
@@ -131,7 +137,7 @@ def _backtest_one(trace: Path, profile: Path, policy: Path, out: Path, format: s
     from planner.sim.traces.loaders import load_requests
 
     console = out_console()
-    pol, prof = _policy(policy, quantile), load_profile(profile)
+    pol, prof = policy[0], load_profile(profile)
     _check_search(console, workers, offline_simulations, oracle_interval_s)
     if not (peak_window_s > 0 and math.isfinite(peak_window_s)):
         raise UserError(f"--peak-window-s: {peak_window_s!r} must be > 0", key="peak_window_s")
@@ -159,6 +165,7 @@ def _backtest_one(trace: Path, profile: Path, policy: Path, out: Path, format: s
                                           "seed": seed})
     front, result = _frontier(console, result, forecaster, workers, offline_simulations) if frontier else (None, result)
     result.report["timings_s"]["total"] = round(time.perf_counter() - t0, 2)
+    result.report["sim"]["policy"] = policy[1]  # the file, and what --vary set on it
     _render(console, result, out, no_plots, front)
 
 
@@ -183,10 +190,17 @@ def _describe(console: Console, tr: RequestTrace, warmup_s: float) -> None:
                   + (f" ({tr.notes})" if tr.notes else ""))
 
 
-def _policy(path: Path, quantile: float | None) -> PolicyFile:
-    from planner.policy_file import load_policy
+def _policy(path: Path, quantile: float | None, vary: str | None = None) -> PolicyFile:
+    """The policy file, with ``--vary``'s fields set (as ``planner bench seeds --vary``) and ``--quantile``."""
+    from planner.policy_variant import PolicySource, parse_assignments
 
-    pol = load_policy(path)
+    assignments: tuple = ()
+    if vary is not None:
+        try:
+            assignments = parse_assignments(vary)
+        except UserError as exc:
+            raise UserError(f"--vary: {exc}") from None
+    pol = PolicySource(path, assignments).load(path, variant_label(str(path), vary) if vary is not None else str(path))
     if quantile is None:
         return pol
     if not 0.5 <= quantile <= 0.99:  # also rejects NaN
