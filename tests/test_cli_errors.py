@@ -159,6 +159,7 @@ OUT_ARGS = {
     ("bench", "suite"): ["--quick"],
     ("bench", "fleet"): ["--quick"],
     ("bench", "seeds"): ["--seeds", "1"],
+    ("bench", "hours"): ["--quick"],
     ("bench", "fidelity"): ["--modes", "aggregated"],
 }
 

@@ -215,6 +215,66 @@ def bench_seeds(
     console.print(f"wrote {out} and {study.plot(out.with_suffix('.png'), runs, sla_share)}")
 
 
+def bench_hours(
+    policy: Annotated[Path | None, typer.Option(metavar="FILE", help="the policy (default: policies/example.yaml)")] = None,
+    vary: Annotated[str | None, typer.Option(metavar="KEY=VALUE[;...]", help="the policy with these fields set, "
+                                             "e.g. 'sla.lean_quantile=0.7'")] = None,
+    every_h: Annotated[int, typer.Option("--every-h", help="hours between scored hours")] = 7,
+    first_h: Annotated[int, typer.Option("--first-h", help="the first scored hour (hours into the trace)")] = 1,
+    scale: Annotated[float, typer.Option(help="ServeGen's rates times this (the suite's servegen: 0.09)")] = 0.09,
+    quick: Annotated[bool, typer.Option("--quick", help="2 hours, 15 minutes scored each, fewer offline simulations (CI)")] = False,
+    traces: Annotated[Path | None, typer.Option(help=TRACES_HELP)] = None,
+    out: Annotated[Path, typer.Option(help="JSON results; the plot is written beside it (.png)")] = Path("out/hours.json"),
+    workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
+) -> None:
+    """The policy on hours of ServeGen's fortnight the suite never scores, each a backtest against static, the
+    perfect forecast and the offline schedule: does it meet the SLA and stay under static where it was not tuned?"""
+    from planner.bench import hours as study
+    from planner.bench.scenarios import EXAMPLE_POLICY, default_traces_dir
+    from planner.policy_variant import PolicySource, parse_assignments, variant_label
+
+    hours = _check_hours_args(every_h, first_h, scale, workers, quick)
+    folder = traces or default_traces_dir()
+    if not (folder / study.TRACE_FILE).is_file():
+        raise UserError(f"--traces: {folder / study.TRACE_FILE} not found; pass the folder that holds servegen/")
+    try:
+        assignments = parse_assignments(vary) if vary is not None else ()
+    except UserError as exc:
+        raise UserError(f"--vary: {exc}") from None
+    path = policy or EXAMPLE_POLICY
+    label = str(policy or "policies/example.yaml")
+    pol = PolicySource(path, assignments).load(path, variant_label(label, vary) if vary is not None else label)
+    command = " ".join(["planner bench hours", *([f"--policy {policy}"] if policy else []),
+                        *([f"--vary {shlex.quote(vary)}"] if vary else []), f"--every-h {every_h}",
+                        f"--first-h {first_h}", f"--scale {scale:g}", *(["--quick"] if quick else []),
+                        *([f"--traces {traces}"] if traces else []), f"--out {out}",
+                        *([f"--workers {workers}"] if workers else [])])
+    console = out_console()
+    results = study.run(console, pol, hours, scale, quick, folder,
+                        workers or os.cpu_count() or 1)
+    sla_share = pol.sla.percentile / 100.0
+    doc = study.summary(results, sla_share)
+    console.print(study.table(results, sla_share))
+    for line in study.summary_lines(doc):
+        console.print(line, highlight=False)
+    study.write(out, results, doc, command, scale)
+    console.print(f"wrote {out} and {study.plot(out.with_suffix('.png'), results, sla_share)}")
+
+
+def _check_hours_args(every_h: int, first_h: int, scale: float, workers: int | None, quick: bool) -> list[int]:
+    from planner.bench import hours as study
+
+    if every_h < 1:
+        raise UserError(f"--every-h: {every_h} must be >= 1")
+    if not 1 <= first_h < study.SPAN_H:
+        raise UserError(f"--first-h: {first_h} must be in 1..{study.SPAN_H - 1} (the warm-up needs the hour before)")
+    if not (0 < scale <= 10):  # also rejects NaN
+        raise UserError(f"--scale: {scale!r} must be in (0, 10]")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: {workers} must be >= 1")
+    return study.starts(first_h, every_h, quick)
+
+
 def bench_endpoint(
     streams: Annotated[int, typer.Option(help="concurrent streams")] = 256,
     context: Annotated[int, typer.Option(help="context tokens per stream")] = 512,
@@ -433,5 +493,6 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("observe")(bench_observe)
     bench_app.command("suite")(bench_suite)
     bench_app.command("seeds")(bench_seeds)
+    bench_app.command("hours")(bench_hours)
     bench_app.command("endpoint")(bench_endpoint)
     bench_app.command("fidelity")(bench_fidelity)
