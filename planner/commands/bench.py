@@ -228,7 +228,8 @@ def bench_hours(
     workers: Annotated[int | None, typer.Option(help="worker processes (default: every core)")] = None,
 ) -> None:
     """The policy on hours of ServeGen's fortnight the suite never scores, each a backtest against static, the
-    perfect forecast and the offline schedule: does it meet the SLA and stay under static where it was not tuned?"""
+    perfect forecast, Dynamo's throughput mode and the offline schedule: does it meet the SLA and stay under static
+    where it was not tuned?"""
     from planner.bench import hours as study
     from planner.bench.scenarios import EXAMPLE_POLICY, default_traces_dir
     from planner.policy_variant import PolicySource, parse_assignments, variant_label
