@@ -82,6 +82,23 @@ def set_dotted(data: dict, keys: tuple[str, ...], value: Any) -> None:
     node[keys[-1]] = value
 
 
+def vary_assignments(text: str) -> tuple[Assignment, ...]:
+    """A ``--vary`` flag's text as assignments; its errors name the flag (one line, exit 2)."""
+    try:
+        return parse_assignments(text)
+    except UserError as exc:
+        raise UserError(str(exc), key="vary") from None
+
+
+def load_variant(path: Path, label: str, vary: str | None) -> tuple[PolicyFile, str]:
+    """The policy file at ``path`` with ``--vary``'s fields set (None: as it is), and the label that names it
+    (``label``, with what was set)."""
+    if vary is None:
+        return PolicySource(path).load(path, label), label
+    named = variant_label(label, vary)
+    return PolicySource(path, vary_assignments(vary)).load(path, named), named
+
+
 def variant_label(reference: str, text: str) -> str:
     """How tables and seeds.json name a variant: the reference file and what was set on it."""
     return f"{reference} [{'; '.join(_parts(text))}]"

@@ -5,9 +5,8 @@ still spend more than a static pool, or miss its SLA, on the hours it was not tu
 for exactly that). This replays the policy on every ``every_h``-th hour of the shipped ServeGen m-large rates
 (14 days of 10-minute windows), each after a 10-minute warm-up, with the same references as any backtest:
 static (the offline schedule's peak, held), the planner fed the true load, Dynamo's throughput mode, and the
-offline schedule. Per hour
-and over all of them: attainment against the SLA's percentile, and GPU-hours against static and against the
-offline schedule. The hours are independent backtests, run over worker processes.
+offline schedule. Per hour and over all of them: attainment against the SLA's percentile, and GPU-hours against
+static and against the offline schedule. The hours are independent backtests, run over worker processes.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from planner.bench import scenarios
 from planner.policy_file import PolicyFile
 from planner.sim.evaluate.workers import process_context
 
-TRACE_FILE = "servegen/aggregate_rate_language_m-large.csv"
+SCENARIO = "servegen"  # its trace file, format and profile; the hours replace its one scored hour
 SPAN_H = 14 * 24  # the shipped ServeGen file's fortnight
 WARMUP_S = 600.0
 SCORED_S = 3600.0
@@ -38,8 +37,17 @@ QUICK_OFFLINE_SIMULATIONS = 6
 # stopped at 99 % attainment, one replica per pool above the static pool that meets the SLA (ServeGen hour 15:
 # 8.01 GPU-h at 99.14 % against 7.02 at 95.60 % with it).
 BASELINES = ("static", "clairvoyant", "dynamo-throughput")
-# The hours the suite scores (servegen: day 1 22:00; servegen-day: all of day 2) are marked in the results.
-SUITE_HOURS = frozenset({22, *range(24, 48)})
+
+
+def _suite_hours() -> frozenset[int]:
+    """The trace hours a suite scenario on the same trace scores (servegen: day 1 22:00; servegen-day: day 2),
+    marked in the results."""
+    trace = scenarios.pick([SCENARIO])[0].trace_file
+    return frozenset(h for s in scenarios.SCENARIOS if s.trace_file == trace and s.scored_s is not None
+                     for h in range(int(s.start_s // 3600), int((s.start_s + s.scored_s) // 3600)))
+
+
+SUITE_HOURS = _suite_hours()
 
 
 @dataclass(frozen=True)
@@ -70,10 +78,11 @@ def _one(args: tuple[Job, PolicyFile]) -> Hour:
     from planner.sim.traces.loaders import load_requests
 
     job, policy = args
-    scenario = scenarios.pick(["servegen"])[0]
+    scenario = scenarios.pick([SCENARIO])[0]
+    assert scenario.trace_file is not None
     warm = QUICK_WARMUP_S if job.quick else WARMUP_S
     scored = QUICK_SCORED_S if job.quick else SCORED_S
-    trace = load_requests(job.traces / TRACE_FILE, "servegen", rate_scale=job.scale,
+    trace = load_requests(job.traces / scenario.trace_file, scenario.fmt, rate_scale=job.scale,
                           start_s=job.start_h * 3600.0 - warm, duration_s=warm + scored, seed=0)
     result = run_backtest(trace, scenarios.scenario_profile(scenario, policy), policy,
                           baselines=list(BASELINES), warmup_s=warm, workers=1,
@@ -156,7 +165,7 @@ def _times(value: float, ref: float) -> str:
     if ref <= 0:
         return "-"
     text = f"{value / ref:.2f}x"
-    return f"[red]{text}[/]" if value > ref + 1e-9 and ref > 0 else text
+    return f"[red]{text}[/]" if value > ref + 1e-9 else text
 
 
 def summary_lines(s: dict) -> list[str]:
@@ -174,7 +183,7 @@ def summary_lines(s: dict) -> list[str]:
 
 def write(path: Path, hours: list[Hour], s: dict, command: str, scale: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"command": command, "trace": TRACE_FILE, "rate_scale": scale,
+    doc = {"command": command, "trace": scenarios.pick([SCENARIO])[0].trace_file, "rate_scale": scale,
            "hours": [h.__dict__ for h in hours], "summary": s}
     path.write_text(json.dumps(doc, indent=2) + "\n")
 

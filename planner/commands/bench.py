@@ -171,7 +171,7 @@ def bench_seeds(
     change is a gain or one seed's luck (attainment mean and worst, runs below the SLA, GPU-hours ratio)."""
     from planner.bench import seeds as study
     from planner.bench.scenarios import default_traces_dir
-    from planner.policy_variant import PolicySource, parse_assignments, variant_label
+    from planner.policy_variant import PolicySource, variant_label, vary_assignments
 
     if seeds < 1 or seeds > 100:
         raise UserError(f"--seeds: {seeds} must be in 1..100")
@@ -188,11 +188,7 @@ def bench_seeds(
         label = variant_label(labels[0], text)
         if label in sources:
             raise UserError(f"--vary: {text!r}: each variant once")
-        try:
-            assignments = parse_assignments(text)
-        except UserError as exc:
-            raise UserError(f"--vary: {exc}") from None
-        sources[label] = PolicySource(paths[0], assignments)
+        sources[label] = PolicySource(paths[0], vary_assignments(text))
     names = [n.strip() for n in scenarios.split(",") if n.strip()] if scenarios else None
     command = " ".join(["planner bench seeds", *(f"--policy {p}" for p in policy or ()),
                         *(f"--vary {shlex.quote(v)}" for v in vary or ()), f"--seeds {seeds}",
@@ -231,20 +227,13 @@ def bench_hours(
     perfect forecast, Dynamo's throughput mode and the offline schedule: does it meet the SLA and stay under static
     where it was not tuned?"""
     from planner.bench import hours as study
-    from planner.bench.scenarios import EXAMPLE_POLICY, default_traces_dir
-    from planner.policy_variant import PolicySource, parse_assignments, variant_label
+    from planner.bench.scenarios import EXAMPLE_POLICY, check_traces, default_traces_dir, pick
+    from planner.policy_variant import load_variant
 
     hours = _check_hours_args(every_h, first_h, scale, workers, quick)
     folder = traces or default_traces_dir()
-    if not (folder / study.TRACE_FILE).is_file():
-        raise UserError(f"--traces: {folder / study.TRACE_FILE} not found; pass the folder that holds servegen/")
-    try:
-        assignments = parse_assignments(vary) if vary is not None else ()
-    except UserError as exc:
-        raise UserError(f"--vary: {exc}") from None
-    path = policy or EXAMPLE_POLICY
-    label = str(policy or "policies/example.yaml")
-    pol = PolicySource(path, assignments).load(path, variant_label(label, vary) if vary is not None else label)
+    check_traces(pick([study.SCENARIO]), folder)
+    pol, _ = load_variant(policy or EXAMPLE_POLICY, str(policy or "policies/example.yaml"), vary)
     command = " ".join(["planner bench hours", *([f"--policy {policy}"] if policy else []),
                         *([f"--vary {shlex.quote(vary)}"] if vary else []), f"--every-h {every_h}",
                         f"--first-h {first_h}", f"--scale {scale:g}", *(["--quick"] if quick else []),

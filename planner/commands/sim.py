@@ -15,7 +15,6 @@ from planner.commands.args import parse_columns
 from planner.commands.console import out_console
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
-from planner.policy_variant import variant_label
 from planner.sim.evaluate.baselines.registry import DEFAULT_BASELINES
 from planner.sim.evaluate.baselines.registry import names as baseline_names
 
@@ -98,9 +97,7 @@ def backtest_cmd(
                        kill=kill, no_plots=no_plots)
         return
     policy, profile = _one_policy_args(trace, columns, policy, profile)
-    pol = _policy(policy, quantile, vary)
-    label = str(policy) if vary is None else variant_label(str(policy), vary)
-    _backtest_one(Path(trace[0]), profile, (pol, label), out, format, columns, rate_scale, scale_mode, startup_s, baselines,
+    _backtest_one(Path(trace[0]), profile, _policy(policy, quantile, vary), out, format, columns, rate_scale, scale_mode, startup_s, baselines,
                   kill, seed, duration_s, start_s, forecaster, workers, offline_simulations, no_plots,
                   dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s)
 
@@ -190,22 +187,17 @@ def _describe(console: Console, tr: RequestTrace, warmup_s: float) -> None:
                   + (f" ({tr.notes})" if tr.notes else ""))
 
 
-def _policy(path: Path, quantile: float | None, vary: str | None = None) -> PolicyFile:
-    """The policy file, with ``--vary``'s fields set (as ``planner bench seeds --vary``) and ``--quantile``."""
-    from planner.policy_variant import PolicySource, parse_assignments
+def _policy(path: Path, quantile: float | None, vary: str | None = None) -> tuple[PolicyFile, str]:
+    """The policy file, with ``--vary``'s fields set (as ``planner bench seeds --vary``) and ``--quantile``, and
+    the label that names it in the report."""
+    from planner.policy_variant import load_variant
 
-    assignments: tuple = ()
-    if vary is not None:
-        try:
-            assignments = parse_assignments(vary)
-        except UserError as exc:
-            raise UserError(f"--vary: {exc}") from None
-    pol = PolicySource(path, assignments).load(path, variant_label(str(path), vary) if vary is not None else str(path))
+    pol, label = load_variant(path, str(path), vary)
     if quantile is None:
-        return pol
+        return pol, label
     if not 0.5 <= quantile <= 0.99:  # also rejects NaN
         raise UserError(f"--quantile: {quantile!r} must be between 0.5 and 0.99 (the policy's forecast.quantile range)")
-    return pol.model_copy(update={"forecast": pol.forecast.model_copy(update={"quantile": quantile})})
+    return pol.model_copy(update={"forecast": pol.forecast.model_copy(update={"quantile": quantile})}), label
 
 
 def _with_warmup(warmup_s: float, start_s: float | None, duration_s: float | None) -> tuple[float | None, float | None]:
