@@ -28,6 +28,7 @@ class PoolMemory:
     events: tuple[tuple[float, int], ...] = ()  # (at_s, replica change) for the rate policies
     direction_changes: tuple[float, ...] = ()  # times the target reversed direction (oscillation audit)
     last_direction: int = 0  # +1 up, -1 down, 0 none yet
+    kv_bound_at_s: float | None = None  # the last tick the pool's KV memory set its size (the flap guard reads it)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class PlannerState:
                     "events": [list(e) for e in m.events],
                     "direction_changes": list(m.direction_changes),
                     "last_direction": m.last_direction,
+                    "kv_bound_at_s": m.kv_bound_at_s,
                 }
                 for name, m in sorted(self.pools.items())
             },
@@ -74,6 +76,7 @@ class PlannerState:
                 events=tuple((float(t), int(d)) for t, d in m.get("events", ())),
                 direction_changes=tuple(float(t) for t in m.get("direction_changes", ())),
                 last_direction=int(m.get("last_direction", 0)),
+                kv_bound_at_s=None if m.get("kv_bound_at_s") is None else float(m["kv_bound_at_s"]),
             )
             for name, m in (data.get("pools") or {}).items()
         }

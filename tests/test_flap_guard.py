@@ -1,0 +1,71 @@
+"""The flap guard (decide/behavior.py): a scale-down reversing a recent reversal must be a real change, at least
+2 replicas or a fifth of the pool; on a decode pool its ITL target sizes, half the pool is one too once no tick
+asked for more for HALF_AFTER_S (a pool of two may give one back), unless its KV memory set its size within the
+last hour (there a replica short queues whole requests). Pure: recommend() on a fixed state, time an argument."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.decide.behavior import HALF_AFTER_S, KV_BOUND_MEMORY_S, recommend
+from planner.decide.state import PlannerState, PoolMemory
+from planner.types import Reason
+from tests.support.decide_support import observation, policy
+
+NOW_S = 7200.0
+LAST_REVERSAL_S = NOW_S - 800.0  # within the audit hour
+
+
+def flapped(current: int, asked_current_ago_s: float | None = None) -> PoolMemory:
+    """A pool that went down, then up to ``current`` (the reversal 800 s ago), asked ``current - 1`` on every
+    tick of the last 11 minutes but one, ``asked_current_ago_s`` ago, where it asked ``current`` (None: none),
+    and has made no change within the rate policy's period."""
+    asks = tuple((NOW_S - 30.0 * k, current if asked_current_ago_s == 30.0 * k else current - 1)
+                 for k in range(1, 23))
+    return PoolMemory(target=current, recommendations=asks, direction_changes=(LAST_REVERSAL_S,), last_direction=1)
+
+
+def decide(pool: str, current: int, kv_bound_ago_s: float | None = None, kv_bound_now: bool = False,
+           asked_current_ago_s: float | None = None) -> tuple[int, tuple[Reason, ...], PoolMemory]:
+    memory = flapped(current, asked_current_ago_s)
+    if kv_bound_ago_s is not None:
+        memory = PoolMemory(**{**memory.__dict__, "kv_bound_at_s": NOW_S - kv_bound_ago_s})
+    other = "prefill" if pool == "decode" else "decode"
+    state = PlannerState(pools={pool: memory, other: PoolMemory(target=1)})
+    why = {pool: (Reason.SLA_CAPACITY, *((Reason.KV_BOUND,) if kv_bound_now else ())), other: (Reason.SLA_CAPACITY,)}
+    out = recommend(policy(), {pool: current - 1, other: 1}, why, {"prefill": True, "decode": True}, state,
+                    observation(NOW_S, 10.0, ready={pool: current, other: 1}), NOW_S)
+    return out[pool].replicas, out[pool].reasons, out[pool].memory
+
+
+QUIET_S = 30.0 * ((HALF_AFTER_S - 1.0) // 30.0)  # the last tick still inside HALF_AFTER_S
+
+
+@pytest.mark.parametrize("pool, current, kv_bound_ago_s, kv_bound_now, asked_ago_s, replicas", [
+    pytest.param("decode", 2, None, False, None, 1, id="decode-of-two-sized-by-itl-gives-one-back"),
+    pytest.param("decode", 2, None, False, QUIET_S + 30.0, 1, id="asked-for-two-before-the-quiet-time-gives-back"),
+    pytest.param("decode", 2, None, False, QUIET_S, 2, id="asked-for-two-within-the-quiet-time-holds"),
+    pytest.param("decode", 2, KV_BOUND_MEMORY_S + 60.0, False, None, 1, id="kv-bound-over-an-hour-ago-gives-back"),
+    pytest.param("decode", 2, 1200.0, False, None, 2, id="kv-bound-20-minutes-ago-holds"),
+    pytest.param("decode", 2, None, True, None, 2, id="kv-bound-this-tick-holds"),
+    pytest.param("prefill", 2, None, False, None, 2, id="prefill-of-two-holds"),
+    pytest.param("decode", 3, None, False, None, 3, id="decode-of-three-holds-a-third"),
+])
+def test_half_a_decode_pool_is_a_real_change(pool: str, current: int, kv_bound_ago_s: float | None,
+                                             kv_bound_now: bool, asked_ago_s: float | None, replicas: int) -> None:
+    got, reasons, _ = decide(pool, current, kv_bound_ago_s, kv_bound_now, asked_ago_s)
+    assert got == replicas
+    assert (Reason.SCALE_DOWN_STABILIZED in reasons) == (replicas == current)
+
+
+def test_the_pool_remembers_when_its_kv_memory_set_its_size() -> None:
+    _, _, memory = decide("decode", 2, kv_bound_now=True)
+    assert memory.kv_bound_at_s == NOW_S
+    _, _, kept = decide("decode", 2, kv_bound_ago_s=1200.0)
+    assert kept.kv_bound_at_s == NOW_S - 1200.0
+
+
+def test_the_kv_memory_survives_a_restart() -> None:
+    state = PlannerState(pools={"decode": PoolMemory(target=2, kv_bound_at_s=123.5)})
+    assert PlannerState.from_dict(state.to_dict()).pool("decode").kv_bound_at_s == 123.5
+    assert PlannerState.from_dict({"pools": {"decode": {"target": 2}}}).pool("decode").kv_bound_at_s is None
