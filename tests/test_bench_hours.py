@@ -9,6 +9,7 @@ import pytest
 
 from planner.bench.hours import SPAN_H, SUITE_HOURS, Hour, starts, summary, summary_lines
 from planner.cli import run
+from tests.support.cli_support import assert_refused
 from tests.support.decide_support import REPO
 
 EXAMPLE = REPO / "policies" / "example.yaml"
@@ -82,8 +83,4 @@ def test_quick_run_writes_each_hour_with_its_references(tmp_path, capsys) -> Non
                  id="no-traces"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle, capsys, tmp_path) -> None:
-    rc = run(["bench", "hours", *args, "--out", str(tmp_path / "h.json")])
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "h.json").exists()
+    assert_refused(["bench", "hours", *args], needle, capsys, tmp_path / "h.json")

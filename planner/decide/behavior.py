@@ -129,6 +129,24 @@ def _rate_limited(out: int, current: int, memory: PoolMemory, now_s: float, rule
     return out
 
 
+def _a_flap(current: int, stabilised: int, memory: PoolMemory, history: tuple[tuple[float, int], ...],
+            now_s: float, tick_s: float, half_is_real_after_s: float | None) -> bool:
+    """The flap guard: a scale-down to ``stabilised`` reverses a scale-up while the pool already reversed within
+    the audit, and is not a real change. Judged on where the pool is heading (the stabilised recommendation),
+    not on this tick's rate-limited step: a large pool shrinking 10 % a minute is a real change, not a flap."""
+    if memory.last_direction <= 0:
+        return False
+    audit_s = min(OSCILLATION_AUDIT_S, AUDIT_INTERVALS * tick_s) if tick_s > 0 else OSCILLATION_AUDIT_S
+    if not any(t > now_s - audit_s for t in memory.direction_changes):
+        return False
+    step = current - stabilised
+    if step >= max(FLAP_MIN_REPLICAS, FLAP_SHARE * current):
+        return False
+    quiet = half_is_real_after_s is not None and all(
+        r <= stabilised for t, r in history if t > now_s - half_is_real_after_s)
+    return not (quiet and 2 * step >= current)
+
+
 def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior, spec: PoolSpec,
            allow_down: bool = True, flap_guard: bool = True, keep_s: float = 0.0, tick_s: float = 0.0,
            half_is_real_after_s: float | None = None) -> Behaved:
@@ -166,18 +184,10 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
 
     out = _rate_limited(stabilised, current, memory, now_s, rules, reasons, tolerance_s)
 
-    if flap_guard and out < current and memory.last_direction > 0:
-        # Judged on where the pool is heading (the stabilised recommendation), not on this tick's
-        # rate-limited step: a large pool shrinking 10 % a minute is a real change, not a flap.
-        audit_s = min(OSCILLATION_AUDIT_S, AUDIT_INTERVALS * tick_s) if tick_s > 0 else OSCILLATION_AUDIT_S
-        recent = [t for t in memory.direction_changes if t > now_s - audit_s]
-        step = current - stabilised
-        real = step >= max(FLAP_MIN_REPLICAS, FLAP_SHARE * current) or (
-            half_is_real_after_s is not None and 2 * step >= current
-            and all(r <= stabilised for t, r in history if t > now_s - half_is_real_after_s))
-        if recent and not real:
-            out = current
-            reasons.append(Reason.SCALE_DOWN_STABILIZED)
+    if flap_guard and out < current and _a_flap(current, stabilised, memory, history, now_s, tick_s,
+                                                half_is_real_after_s):
+        out = current
+        reasons.append(Reason.SCALE_DOWN_STABILIZED)
 
     if not allow_down and out < current:
         out = current
