@@ -78,15 +78,37 @@ def calibrate(spec: DeciderSpec, obs: Observation, state: PlannerState, now_s: f
     """Learn from the window just observed (its TTFT/ITL at its own load and size vs the model's prediction),
     then return the factors in force now and the state that remembers them."""
     cfg = spec.policy.calibration
+    state, itl_settled = _one_size(spec.mode.itl_pool, obs, state, now_s)
     if cfg.enabled:
         learned = dict(state.calibration)
         isl = mean_length(obs, "isl_mean", ISL_SOURCES)
         osl = mean_length(obs, "osl_mean", OSL_SOURCES)
         ttft = _learn_ttft(spec, obs, isl, osl, state, now_s)
-        itl = _learn_itl(spec, obs, isl, osl, state, now_s)
+        itl = _learn_itl(spec, obs, isl, osl, state, now_s) if itl_settled else None
         learned.update({k: v for k, v in (("ttft", ttft), ("itl", itl)) if v is not None})
         state = replace(state, calibration=learned)
     return Factors(current(state.factor("ttft"), now_s, cfg), current(state.factor("itl"), now_s, cfg)), state
+
+
+def _one_size(pool: Pool, obs: Observation, state: PlannerState, now_s: float) -> tuple[PlannerState, bool]:
+    """(the state with ``pool``'s ready replicas and since when they have been that many, whether the whole
+    observed window was served at that size).
+
+    Why: the ITL of a window that straddles a change of the decode pool's size is the old size's in part, and
+    calibration compares it with the new size's prediction (the ready gauge is read at the window's end). After
+    a scale-up that read as a model error: on ServeGen hour 15, decode's ITL factor rose from 1.03 to 1.29 the
+    tick its second replica became ready, the half-life kept it, and the pool asked for two replicas where one
+    met the target. Unknown history (the first tick, a state from before) counts as one size, as before. TTFT is
+    not held to this: the same rule for prefill lost seeds of azure-code and chat-docs (README)."""
+    po = obs.pools.get(pool)
+    if po is None or po.ready_replicas is None:
+        return state, True
+    mem = state.pool(pool)
+    ready = int(po.ready_replicas)
+    if mem.ready != ready:
+        mem = replace(mem, ready=ready, ready_since_s=None if mem.ready is None else now_s)
+        state = state.with_pool(pool, mem)
+    return state, mem.ready_since_s is None or now_s - mem.ready_since_s >= obs.window_s
 
 
 def _learn_ttft(spec: DeciderSpec, obs: Observation, isl: float | None, osl: float | None, state: PlannerState,

@@ -29,6 +29,9 @@ class PoolMemory:
     direction_changes: tuple[float, ...] = ()  # times the target reversed direction (oscillation audit)
     last_direction: int = 0  # +1 up, -1 down, 0 none yet
     kv_bound_at_s: float | None = None  # the last tick the pool's KV memory set its size (the flap guard reads it)
+    # The ready replicas last observed and since when (calibration learns only from windows served at one size)
+    ready: int | None = None
+    ready_since_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class PlannerState:
                     "direction_changes": list(m.direction_changes),
                     "last_direction": m.last_direction,
                     "kv_bound_at_s": m.kv_bound_at_s,
+                    "ready": m.ready,
+                    "ready_since_s": m.ready_since_s,
                 }
                 for name, m in sorted(self.pools.items())
             },
@@ -77,6 +82,8 @@ class PlannerState:
                 direction_changes=tuple(float(t) for t in m.get("direction_changes", ())),
                 last_direction=int(m.get("last_direction", 0)),
                 kv_bound_at_s=None if m.get("kv_bound_at_s") is None else float(m["kv_bound_at_s"]),
+                ready=None if m.get("ready") is None else int(m["ready"]),
+                ready_since_s=None if m.get("ready_since_s") is None else float(m["ready_since_s"]),
             )
             for name, m in (data.get("pools") or {}).items()
         }
