@@ -351,3 +351,20 @@ def test_output_length_is_read_from_finished_requests_as_engines_export_it(big: 
     steady = src.read(60.0, 300.0)
     assert isinstance(steady, Observation)
     assert steady.pools["decode"].osl_mean == pytest.approx(float(osl.mean()), rel=0.02)
+
+
+def test_the_metric_source_reports_the_requests_the_router_holds(big: Profile) -> None:
+    # Live, the router's wake signal repeats while it holds requests for a policy with no ready replica, and the
+    # loop's read carries them (Observation.waiting). The simulator's read did not: a fleet policy whose traffic
+    # stopped while its replicas started read as idle, lost its wake to the priorities and failed what it held
+    # (`planner bench fleet --quick`: 389 requests of sparse-c).
+    tr = constant(5.0, 120.0, isl=500, osl=50, seed=1)
+    c = Cluster(tr, big, SimConfig(startup_s=300.0), {"prefill": 0, "decode": 0})
+    src = SimMetricSource(c)
+    c.run_until(90.0)
+    assert c.held() == int(np.sum(tr.arrival_s <= 90.0)) > 0
+    assert src.read(60.0, 90.0).waiting == c.held()  # type: ignore[union-attr]
+    SimActuator(c).apply({"prefill": 1, "decode": 1})
+    c.run_until(400.0)  # ready at 390: everything held is dispatched
+    obs = src.read(60.0, 400.0)
+    assert isinstance(obs, Observation) and c.held() == 0 and obs.waiting == 0

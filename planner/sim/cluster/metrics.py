@@ -169,7 +169,10 @@ class SimMetricSource:
                 queue=float(g["queue"]), running=float(g["running"]),
                 kv_usage=None if math.isnan(kv) else float(kv), ready_replicas=int(g["ready"]), completed=done,
                 isl_buckets=prompt_buckets(lengths))
-        return Observation(at_s=now_s, window_s=window_s, pools=pools)
+        # Requests the router holds for want of a ready replica: live, its wake signal repeats while it holds
+        # them (planner/service/wake.py). Without them a policy whose traffic stopped while its replicas
+        # were still starting read as idle and went back to zero, failing every request it held.
+        return Observation(at_s=now_s, window_s=window_s, pools=pools, waiting=c.held())
 
 
 class SimActuator:
