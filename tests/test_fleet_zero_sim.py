@@ -167,4 +167,3 @@ def test_the_engines_ttft_starts_when_the_router_dispatches_a_held_request(tmp_p
     expected_ms = (first[served] - np.where(held[served], ready_s, arrival[served])) * 1e3
     assert np.allclose(np.sort(engine_ms), np.sort(expected_ms))
     assert (ttft[served] * 1e3 - expected_ms)[held[served]].min() > 0  # every held one waited at the router
-
