@@ -1,16 +1,17 @@
 """The flap guard (decide/behavior.py): a scale-down reversing a recent reversal must be a real change, at least
 2 replicas or a fifth of the pool; on a decode pool its ITL target sizes, half the pool is one too once no tick
 asked for more for HALF_AFTER_S (a pool of two may give one back), unless its KV memory set its size within the
-last hour (there a replica short queues whole requests). Pure: recommend() on a fixed state, time an argument."""
+last hour (there a replica short queues whole requests); on a prefill pool any step is one once no tick asked for
+more for SETTLED_AFTER_S. Pure: recommend() on a fixed state, time an argument."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.decide.behavior import HALF_AFTER_S, KV_BOUND_MEMORY_S, recommend
+from planner.decide.behavior import HALF_AFTER_S, KV_BOUND_MEMORY_S, SETTLED_AFTER_S, recommend
 from planner.decide.state import PlannerState, PoolMemory
 from planner.types import Reason
-from tests.support.decide_support import observation, policy
+from tests.support.decide_support import example_data, observation, policy
 
 NOW_S = 7200.0
 LAST_REVERSAL_S = NOW_S - 800.0  # within the audit hour
@@ -25,20 +26,27 @@ def flapped(current: int, asked_current_ago_s: float | None = None) -> PoolMemor
     return PoolMemory(target=current, recommendations=asks, direction_changes=(LAST_REVERSAL_S,), last_direction=1)
 
 
+STEADY = policy(behavior={"steady": example_data()["behavior"]["steady"]})  # the example's steady rules
+
+
 def decide(pool: str, current: int, kv_bound_ago_s: float | None = None, kv_bound_now: bool = False,
-           asked_current_ago_s: float | None = None) -> tuple[int, tuple[Reason, ...], PoolMemory]:
+           asked_current_ago_s: float | None = None,
+           steady: bool = False) -> tuple[int, tuple[Reason, ...], PoolMemory]:
+    """``steady``: the steady rules in force (the example's, at a rate cv of 0); else the hedge."""
     memory = flapped(current, asked_current_ago_s)
     if kv_bound_ago_s is not None:
         memory = PoolMemory(**{**memory.__dict__, "kv_bound_at_s": NOW_S - kv_bound_ago_s})
     other = "prefill" if pool == "decode" else "decode"
     state = PlannerState(pools={pool: memory, other: PoolMemory(target=1)})
     why = {pool: (Reason.SLA_CAPACITY, *((Reason.KV_BOUND,) if kv_bound_now else ())), other: (Reason.SLA_CAPACITY,)}
-    out = recommend(policy(), {pool: current - 1, other: 1}, why, {"prefill": True, "decode": True}, state,
-                    observation(NOW_S, 10.0, ready={pool: current, other: 1}), NOW_S)
+    out = recommend(STEADY if steady else policy(), {pool: current - 1, other: 1}, why,
+                    {"prefill": True, "decode": True}, state, observation(NOW_S, 10.0, ready={pool: current, other: 1}),
+                    NOW_S, rate_cv=0.0 if steady else None)
     return out[pool].replicas, out[pool].reasons, out[pool].memory
 
 
 QUIET_S = 30.0 * ((HALF_AFTER_S - 1.0) // 30.0)  # the last tick still inside HALF_AFTER_S
+SETTLED_S = 30.0 * ((SETTLED_AFTER_S - 1.0) // 30.0)  # the last tick still inside SETTLED_AFTER_S
 
 
 @pytest.mark.parametrize("pool, current, kv_bound_ago_s, kv_bound_now, asked_ago_s, replicas", [
@@ -54,6 +62,20 @@ QUIET_S = 30.0 * ((HALF_AFTER_S - 1.0) // 30.0)  # the last tick still inside HA
 def test_half_a_decode_pool_is_a_real_change(pool: str, current: int, kv_bound_ago_s: float | None,
                                              kv_bound_now: bool, asked_ago_s: float | None, replicas: int) -> None:
     got, reasons, _ = decide(pool, current, kv_bound_ago_s, kv_bound_now, asked_ago_s)
+    assert got == replicas
+    assert (Reason.SCALE_DOWN_STABILIZED in reasons) == (replicas == current)
+
+
+@pytest.mark.parametrize("pool, current, asked_ago_s, steady, replicas", [
+    pytest.param("prefill", 5, None, True, 4, id="settled-prefill-gives-one-back"),
+    pytest.param("prefill", 2, SETTLED_S + 30.0, True, 1, id="asked-before-the-settling-time-gives-back"),
+    pytest.param("prefill", 5, SETTLED_S, True, 5, id="asked-within-the-settling-time-holds"),
+    pytest.param("prefill", 5, None, False, 5, id="under-the-hedge-holds"),
+    pytest.param("decode", 5, None, True, 5, id="a-decode-pool-holds"),
+])
+def test_a_settled_prefill_pool_on_steady_traffic_takes_a_step(pool: str, current: int, asked_ago_s: float | None,
+                                                               steady: bool, replicas: int) -> None:
+    got, reasons, _ = decide(pool, current, asked_current_ago_s=asked_ago_s, steady=steady)
     assert got == replicas
     assert (Reason.SCALE_DOWN_STABILIZED in reasons) == (replicas == current)
 

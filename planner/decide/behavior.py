@@ -46,6 +46,14 @@ FLAP_MIN_REPLICAS = 2
 # +25 % step on one replica (98.6 -> 94.8 %); 240 s did the same, 480 s held it (98.6 %).
 KV_BOUND_MEMORY_S = 3600.0
 HALF_AFTER_S = 480.0
+# ...and on a prefill pool under the steady rules (behavior.steady) any step is a real change once the pool has
+# settled: no tick asked for more than where it is heading for SETTLED_AFTER_S. One tick's ask had held a replica
+# for the rest of the hour on steady traffic (held-out ServeGen hour 36: 5 prefill replicas for 40 minutes where
+# every tick but one asked 4). Under the hedge the guard holds as before: there a wave shorter than its window
+# keeps asking one replica more every few minutes (tests/test_decide_scenarios.py's square wave: 5 direction
+# changes an hour instead of 2). Decode keeps its rules above: one ServeGen hour lost 2.7 points when a decode
+# pool of two was released this early. Measured in the README, "Policies and the decision".
+SETTLED_AFTER_S = 300.0
 # A window or period counts as over when at most this share of a tick remains: enough for the jitter of a
 # live tick (its start lands late by up to a few hundred ms), too little to release a whole tick early.
 JITTER_SHARE = 0.25
@@ -130,10 +138,13 @@ def _rate_limited(out: int, current: int, memory: PoolMemory, now_s: float, rule
 
 
 def _a_flap(current: int, stabilised: int, memory: PoolMemory, history: tuple[tuple[float, int], ...],
-            now_s: float, tick_s: float, half_is_real_after_s: float | None) -> bool:
+            now_s: float, tick_s: float, half_is_real_after_s: float | None,
+            settled_after_s: float | None = None) -> bool:
     """The flap guard: a scale-down to ``stabilised`` reverses a scale-up while the pool already reversed within
     the audit, and is not a real change. Judged on where the pool is heading (the stabilised recommendation),
-    not on this tick's rate-limited step: a large pool shrinking 10 % a minute is a real change, not a flap."""
+    not on this tick's rate-limited step: a large pool shrinking 10 % a minute is a real change, not a flap.
+    Half the pool is a real change once no tick asked for more for ``half_is_real_after_s``, any step once none
+    did for ``settled_after_s`` (None: never)."""
     if memory.last_direction <= 0:
         return False
     audit_s = min(OSCILLATION_AUDIT_S, AUDIT_INTERVALS * tick_s) if tick_s > 0 else OSCILLATION_AUDIT_S
@@ -142,14 +153,16 @@ def _a_flap(current: int, stabilised: int, memory: PoolMemory, history: tuple[tu
     step = current - stabilised
     if step >= max(FLAP_MIN_REPLICAS, FLAP_SHARE * current):
         return False
-    quiet = half_is_real_after_s is not None and all(
-        r <= stabilised for t, r in history if t > now_s - half_is_real_after_s)
-    return not (quiet and 2 * step >= current)
+
+    def quiet(for_s: float | None) -> bool:
+        return for_s is not None and all(r <= stabilised for t, r in history if t > now_s - for_s)
+
+    return not (quiet(settled_after_s) or (quiet(half_is_real_after_s) and 2 * step >= current))
 
 
 def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior, spec: PoolSpec,
            allow_down: bool = True, flap_guard: bool = True, keep_s: float = 0.0, tick_s: float = 0.0,
-           half_is_real_after_s: float | None = None) -> Behaved:
+           half_is_real_after_s: float | None = None, settled_after_s: float | None = None) -> Behaved:
     """The replicas to ask for this tick, the reason for every clamp, and the memory to carry forward.
 
     ``flap_guard`` adds the planner's one rule beyond HPA's (a scale-down that reverses a recent reversal must
@@ -157,7 +170,8 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
     for the longer of ``rules``' windows and ``keep_s``. ``tick_s``: the interval the caller ticks on; a
     window or period with less than ``JITTER_SHARE`` of it left counts as over (0: exact comparisons).
     ``half_is_real_after_s``: for the flap guard, half the pool is a real change too once no tick asked for more
-    for this long (a decode pool its ITL sizes; None: never).
+    for this long (a decode pool its ITL sizes; None: never); ``settled_after_s``: any step is, once none did for
+    this long (a prefill pool; None: never).
     """
     tolerance_s = JITTER_SHARE * max(0.0, tick_s)
     reasons: list[Reason] = []
@@ -185,7 +199,7 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
     out = _rate_limited(stabilised, current, memory, now_s, rules, reasons, tolerance_s)
 
     if flap_guard and out < current and _a_flap(current, stabilised, memory, history, now_s, tick_s,
-                                                half_is_real_after_s):
+                                                half_is_real_after_s, settled_after_s):
         out = current
         reasons.append(Reason.SCALE_DOWN_STABILIZED)
 
@@ -271,9 +285,10 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
     hedge (``behavior.scale_down``) otherwise.
     """
     rules = policy.behavior.for_rate_cv(rate_cv)
+    steady = rules is not policy.behavior  # behavior.steady's scale-down is in force
     held = recovery_rules(policy, rules)
     # Remembered for the recovery's hold too, so a pool entering recovery finds its lull's history in place.
-    keep_s = max(_window(policy.behavior), _window(held), HALF_AFTER_S)  # and for the flap guard's quiet time
+    keep_s = max(_window(policy.behavior), _window(held), HALF_AFTER_S, SETTLED_AFTER_S)  # the flap guard's quiet
     out = {}
     for pool in policy.pool_names():
         pool_rules = held if Reason.BUDGET_OVERSPENT in why[pool] else rules
@@ -284,6 +299,7 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
         current = current_replicas(policy.pool(pool), memory, ready)
         b = behave(desired[pool], current, memory, now_s, pool_rules, policy.pool(pool), allow_down[pool], keep_s=keep_s,
                    tick_s=float(policy.interval_s),
-                   half_is_real_after_s=HALF_AFTER_S if _sized_by_itl(pool, memory, now_s) else None)
+                   half_is_real_after_s=HALF_AFTER_S if _sized_by_itl(pool, memory, now_s) else None,
+                   settled_after_s=SETTLED_AFTER_S if pool == Pool.PREFILL and steady and pool_rules is rules else None)
         out[pool] = Recommended(current, b.replicas, b.memory, (*why[pool], *b.reasons))
     return out
