@@ -52,7 +52,7 @@ HALF_AFTER_S = 480.0
 # every tick but one asked 4). Under the hedge the guard holds as before: there a wave shorter than its window
 # keeps asking one replica more every few minutes (tests/test_decide_scenarios.py's square wave: 5 direction
 # changes an hour instead of 2). Decode keeps its rules above: one ServeGen hour lost 2.7 points when a decode
-# pool of two was released this early. Measured in the README, "Policies and the decision".
+# pool of two was released this early. Measured: README, "The flap guard on a settled prefill pool".
 SETTLED_AFTER_S = 300.0
 # A window or period counts as over when at most this share of a tick remains: enough for the jitter of a
 # live tick (its start lands late by up to a few hundred ms), too little to release a whole tick early.
