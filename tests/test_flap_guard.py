@@ -1,8 +1,8 @@
 """The flap guard (decide/behavior.py): a scale-down reversing a recent reversal must be a real change, at least
 2 replicas or a fifth of the pool; on a decode pool its ITL target sizes, half the pool is one too once no tick
 asked for more for HALF_AFTER_S (a pool of two may give one back), unless its KV memory set its size within the
-last hour (there a replica short queues whole requests); on a prefill pool any step is one once no tick asked for
-more for SETTLED_AFTER_S. Pure: recommend() on a fixed state, time an argument."""
+last hour (there a replica short queues whole requests); on a prefill pool under the steady rules any step is one
+once no tick asked for more for SETTLED_AFTER_S. Pure: recommend() on a fixed state, time an argument."""
 
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
     window or period with less than ``JITTER_SHARE`` of it left counts as over (0: exact comparisons).
     ``half_is_real_after_s``: for the flap guard, half the pool is a real change too once no tick asked for more
     for this long (a decode pool its ITL sizes; None: never); ``settled_after_s``: any step is, once none did for
-    this long (a prefill pool; None: never).
+    this long (a prefill pool under the steady rules; None: never).
     """
     tolerance_s = JITTER_SHARE * max(0.0, tick_s)
     reasons: list[Reason] = []
