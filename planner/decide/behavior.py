@@ -285,7 +285,9 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
     hedge (``behavior.scale_down``) otherwise.
     """
     rules = policy.behavior.for_rate_cv(rate_cv)
-    steady = rules is not policy.behavior  # behavior.steady's scale-down is in force
+    # A settled prefill pool takes a step only under the steady rules; decide()'s rate_cv is None (so the hedge)
+    # while the budget burns, is unmeasured or recovers, so the recovery's rules never meet it.
+    settled = SETTLED_AFTER_S if policy.behavior.is_steady(rate_cv) else None
     held = recovery_rules(policy, rules)
     # Remembered for the recovery's hold too, so a pool entering recovery finds its lull's history in place.
     keep_s = max(_window(policy.behavior), _window(held), HALF_AFTER_S, SETTLED_AFTER_S)  # the flap guard's quiet
@@ -300,6 +302,6 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
         b = behave(desired[pool], current, memory, now_s, pool_rules, policy.pool(pool), allow_down[pool], keep_s=keep_s,
                    tick_s=float(policy.interval_s),
                    half_is_real_after_s=HALF_AFTER_S if _sized_by_itl(pool, memory, now_s) else None,
-                   settled_after_s=SETTLED_AFTER_S if pool == Pool.PREFILL and steady and pool_rules is rules else None)
+                   settled_after_s=settled if pool == Pool.PREFILL else None)
         out[pool] = Recommended(current, b.replicas, b.memory, (*why[pool], *b.reasons))
     return out
