@@ -52,7 +52,10 @@ HALF_AFTER_S = 480.0
 # every tick but one asked 4). Under the hedge the guard holds as before: there a wave shorter than its window
 # keeps asking one replica more every few minutes (tests/test_decide_scenarios.py's square wave: 5 direction
 # changes an hour instead of 2). Decode keeps its rules above: one ServeGen hour lost 2.7 points when a decode
-# pool of two was released this early. Measured: README, "The flap guard on a settled prefill pool".
+# pool of two was released this early. The rate must also have read steady at every tick of the settling time:
+# Azure code's rate read steady for two ticks between bursts (cv 0.29 against 0.3) and the step met the next burst a
+# replica short (the fleet's code-large, seed 0: 95.89 -> 94.86 %). Measured: README, "The flap guard on a settled
+# prefill pool".
 SETTLED_AFTER_S = 300.0
 # A window or period counts as over when at most this share of a tick remains: enough for the jitter of a
 # live tick (its start lands late by up to a few hundred ms), too little to release a whole tick early.
@@ -274,6 +277,11 @@ def _sized_by_itl(pool: Pool, memory: PoolMemory, now_s: float) -> bool:
     return pool == Pool.DECODE and not kv_bound_lately
 
 
+def _steady_for(memory: PoolMemory, now_s: float, for_s: float, tick_s: float) -> bool:
+    """The arrival rate has read steady at every tick of the last ``for_s`` (as far as the memory goes back)."""
+    return memory.unsteady_at_s is None or now_s - memory.unsteady_at_s >= for_s - JITTER_SHARE * tick_s
+
+
 def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tuple[Reason, ...]],
               allow_down: Mapping[Pool, bool], state: PlannerState, obs: Observation, now_s: float,
               rate_cv: float | None = None) -> dict[Pool, Recommended]:
@@ -285,9 +293,10 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
     hedge (``behavior.scale_down``) otherwise.
     """
     rules = policy.behavior.for_rate_cv(rate_cv)
-    # A settled prefill pool takes a step only under the steady rules; decide()'s rate_cv is None (so the hedge)
-    # while the budget burns, is unmeasured or recovers, so the recovery's rules never meet it.
-    settled = SETTLED_AFTER_S if policy.behavior.is_steady(rate_cv) else None
+    # A settled prefill pool takes a step only under the steady rules, and only once they have held for the
+    # settling time; decide()'s rate_cv is None (so the hedge) while the budget burns, is unmeasured or recovers,
+    # so the recovery's rules never meet it.
+    steady = policy.behavior.is_steady(rate_cv)
     held = recovery_rules(policy, rules)
     # Remembered for the recovery's hold too, so a pool entering recovery finds its lull's history in place.
     keep_s = max(_window(policy.behavior), _window(held), HALF_AFTER_S, SETTLED_AFTER_S)  # the flap guard's quiet
@@ -297,11 +306,14 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
         memory = state.pool(pool)
         if Reason.KV_BOUND in why[pool]:
             memory = replace(memory, kv_bound_at_s=now_s)
+        if not steady:
+            memory = replace(memory, unsteady_at_s=now_s)
         ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
         current = current_replicas(policy.pool(pool), memory, ready)
         b = behave(desired[pool], current, memory, now_s, pool_rules, policy.pool(pool), allow_down[pool], keep_s=keep_s,
                    tick_s=float(policy.interval_s),
                    half_is_real_after_s=HALF_AFTER_S if _sized_by_itl(pool, memory, now_s) else None,
-                   settled_after_s=settled if pool == Pool.PREFILL else None)
+                   settled_after_s=SETTLED_AFTER_S if pool == Pool.PREFILL and _steady_for(
+                       memory, now_s, SETTLED_AFTER_S, float(policy.interval_s)) else None)
         out[pool] = Recommended(current, b.replicas, b.memory, (*why[pool], *b.reasons))
     return out

@@ -32,6 +32,9 @@ class PoolMemory:
     # The ready replicas last observed and since when (calibration learns only from windows served at one size)
     ready: int | None = None
     ready_since_s: float | None = None
+    # The last tick the arrival rate did not read steady (the hedge's rules, or none measured): a settled prefill
+    # pool takes its step only once the steady rules have held for the settling time (the flap guard reads it)
+    unsteady_at_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class PlannerState:
                     "kv_bound_at_s": m.kv_bound_at_s,
                     "ready": m.ready,
                     "ready_since_s": m.ready_since_s,
+                    "unsteady_at_s": m.unsteady_at_s,
                 }
                 for name, m in sorted(self.pools.items())
             },
@@ -84,6 +88,7 @@ class PlannerState:
                 kv_bound_at_s=None if m.get("kv_bound_at_s") is None else float(m["kv_bound_at_s"]),
                 ready=None if m.get("ready") is None else int(m["ready"]),
                 ready_since_s=None if m.get("ready_since_s") is None else float(m["ready_since_s"]),
+                unsteady_at_s=None if m.get("unsteady_at_s") is None else float(m["unsteady_at_s"]),
             )
             for name, m in (data.get("pools") or {}).items()
         }
