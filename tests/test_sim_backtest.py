@@ -65,6 +65,14 @@ def test_cli_backtest_writes_the_report_contract(tmp_path: Path, policy_file: Pa
     assert set(bias) == {"ttft", "itl"} and all(b["intervals"] > 0 and b["p10"] <= b["median"] <= b["p90"]
                                                for b in bias.values())
     assert "model_bias" not in report["policies"]["static"]
+    # The planner spends an error budget (the example's sla.budget_control), so its postures are reported: every
+    # tick carries one posture's reason (the first holds for want of data); a static pool has no budget.
+    shares = report["policies"]["planner"]["postures"]
+    assert set(shares) == {"lean", "burning", "recovering", "unmeasured", "held"}
+    assert sum(v["share"] for v in shares.values()) == pytest.approx(1.0, abs=1e-3)
+    assert all((v["mean_gpus"] is None) == (v["share"] == 0) for v in shares.values())
+    assert "postures" not in report["policies"]["static"]
+    assert "Error-budget postures" in (out / "report.md").read_text()
     assert (out / "calibration.png").stat().st_size > 1000
     ref = report["references"]
     offline, bound = ref["offline"], ref["lower_bound"]

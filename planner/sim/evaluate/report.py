@@ -63,10 +63,25 @@ def render_markdown(report: dict) -> str:
     rows = [*report["policies"].items(), *((("offline schedule (reference)", off),) if off else ())]
     for name, p in rows:
         lines.append(_policy_row(name, p, off_h))
+    lines += _postures_md(report)
     lines += _references_md(report)
     lines += ["", "Plots: load.png, replicas.png, latency.png, calibration.png (the sizing model's bias). "
               "Per-interval records: timeline.csv.", ""]
     return "\n".join(lines)
+
+
+def _postures_md(report: dict) -> list[str]:
+    """One line per policy that spent an error budget: the share of scored ticks in each posture and the mean GPUs
+    its decisions asked for there."""
+    out = []
+    for name, p in report["policies"].items():
+        shares = p.get("postures")
+        if shares:
+            parts = [f"{k} {v['share']:.0%}" + (f" ({v['mean_gpus']:.1f} GPUs)" if v["mean_gpus"] is not None else "")
+                     for k, v in shares.items() if v["share"] > 0]
+            out.append(f"- {name}: " + ", ".join(parts))
+    return (["", "Error-budget postures (share of scored ticks; mean GPUs asked for in them):", *out]
+            if out else [])
 
 
 def _policy_row(name: str, p: dict, off_h: float | None) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 
 from planner.config import Policy
 from planner.sim.evaluate.model_bias import model_bias
+from planner.sim.evaluate.postures import postures
 from planner.sim.evaluate.replay import Replay
 
 MET_ITL = "request mean ITL ((last token - first token) / (OSL - 1)) <= sla.itl_ms"
@@ -91,6 +92,9 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
     bias = model_bias(rep.timeline, rep.score_from_s)
     if bias is not None:
         out["model_bias"] = bias
+    shares = postures(rep.decisions, rep.score_from_s)
+    if shares is not None:
+        out["postures"] = shares
     return out
 
 
