@@ -14,11 +14,10 @@ from collections.abc import Sequence
 
 from planner.types import Decision, Reason
 
+BUDGET_POSTURES = (("lean", Reason.BUDGET_LEAN), ("burning", Reason.BUDGET_BURNING),
+                   ("recovering", Reason.BUDGET_OVERSPENT), ("unmeasured", Reason.BUDGET_UNMEASURED))
 # The budget's reasons first; a tick that decided nothing for want of data (a start's first tick) is "held".
-POSTURES = (("lean", Reason.BUDGET_LEAN), ("burning", Reason.BUDGET_BURNING),
-            ("recovering", Reason.BUDGET_OVERSPENT), ("unmeasured", Reason.BUDGET_UNMEASURED),
-            ("held", Reason.NO_DATA_HOLD))
-BUDGET = {name for name, reason in POSTURES if reason is not Reason.NO_DATA_HOLD}
+POSTURES = (*BUDGET_POSTURES, ("held", Reason.NO_DATA_HOLD))
 
 
 def _posture(decision: Decision) -> str | None:
@@ -36,7 +35,7 @@ def postures(decisions: Sequence[Decision], score_from_s: float) -> dict[str, di
         name = _posture(d)
         if name is not None:
             counted[name].append(float(d.gpus))
-    if not any(counted[name] for name in BUDGET):
+    if not any(counted[name] for name, _ in BUDGET_POSTURES):
         return None
     return {name: {"share": round(len(g) / len(scored), 4),
                    "mean_gpus": round(sum(g) / len(g), 2) if g else None}
