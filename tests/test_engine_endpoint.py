@@ -29,6 +29,7 @@ QUIET_SHARE = 0.15
 ISL_GRID = (64, 512, 2048)
 BATCH_GRID = (1, 4, 16)
 CONTEXT_GRID = (256, 1024, MAX_MODEL_LEN)  # the last cannot fit a decode run: skipped, not invented
+NEIGHBOUR_STEP_FLOOR = 0.6  # a batch's step over the next smaller batch's, at least (see _check_curves)
 
 
 @pytest.fixture(scope="module")
@@ -119,10 +120,16 @@ def _check_curves(profile: Profile) -> None:
     rate = {(p.batch, p.context_tokens): p.tokens_per_s_per_gpu for p in profile.decode[0].points}
     assert all(0 < i < 10_000 for i in itl.values()), itl
     for ctx in CONTEXT_GRID[:-1]:
-        # A bigger batch is not faster per step (over the points measured: see the test above) ...
+        # A bigger batch is not faster per step (over the points measured: see the test above). On the tiny
+        # model a step is mostly fixed cost, so batch 4's step is only 3-37 % above batch 1's, while one point's
+        # five passes spread over 2.0-5.1 ms on a quiet 2-core machine (four profiles in a row, 2026-12-06):
+        # the medians' ratio fell to 0.79 on a quiet CI run (cd38a11). So neighbours are held to what a
+        # backend that divided the step by the batch (a ratio of 0.25 or less) could not pass, and the ends of
+        # the grid, 16x apart (1.3-2.2x the step in those runs), to the order itself.
         batches = [b for b in BATCH_GRID if (b, ctx) in itl]
         steps = [itl[(b, ctx)] for b in batches]
-        assert all(b >= 0.8 * a for a, b in zip(steps, steps[1:], strict=False)), (ctx, itl)
+        assert all(b >= NEIGHBOUR_STEP_FLOOR * a for a, b in zip(steps, steps[1:], strict=False)), (ctx, itl)
+        assert steps[-1] >= steps[0], (ctx, itl)
         # ... and batching pays: some batch decodes well over one stream's tokens/s. (Not every larger
         # batch: on one CPU core a step's compute grows with the batch, and throughput flattens.)
         if (1, ctx) in rate and len(batches) > 1:
