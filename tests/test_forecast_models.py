@@ -262,3 +262,19 @@ def test_band_after_a_step_from_a_low_base_is_capped() -> None:
     fc = LastValue().fit(times, y).forecast(60.0)
     assert fc.mean == 30.0
     assert fc.at(0.99) <= 60.0
+
+
+@pytest.mark.parametrize("calm_ticks, wide", [
+    pytest.param(150, False, id="an-hour-and-a-quarter-calm-the-band-is-calm"),
+    pytest.param(60, True, id="half-an-hour-calm-the-swings-still-count"),
+])
+def test_the_band_follows_the_last_hours_regime(calm_ticks: int, wide: bool) -> None:
+    # Three hours of a swinging load (+-30 % from 30 s to 30 s, a compressed day's ramps), then a calm stretch
+    # (+-2 %). The band is learnt from the last RESIDUAL_WINDOW origins (an hour of 30 s ticks): once the calm
+    # has lasted longer than that, the swings no longer widen it; before, they still do.
+    rng = np.random.default_rng(5)
+    swinging = 100.0 * (1.0 + 0.3 * rng.standard_normal(360))
+    calm = 100.0 * (1.0 + 0.02 * rng.standard_normal(calm_ticks))
+    y = np.maximum(1.0, np.concatenate([swinging, calm]))
+    fc = LastValue().fit(30.0 * np.arange(len(y)), y).forecast(60.0)
+    assert (fc.at(0.9) > 1.2 * fc.mean) == wide, (fc.mean, fc.at(0.9))
