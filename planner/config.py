@@ -142,6 +142,12 @@ class Behavior(_Strict):
     # falls below the SLA percentile in runs where the hedge does not (README, "Scale-down rules for steady
     # traffic, and one seed's luck").
     steady: Steady | None = Field(default_factory=Steady)
+    # No pool is scaled down on a tick whose arrival rate rose by more than this share over the read before it
+    # (and beyond counting noise; reason rate_rising). null: off. The hedge's window asks only that the
+    # recommendations were low for its length: at the end of a lull, the tick the next burst starts still asks
+    # for the lull's size (Azure code x30 on Qwen3-32B: decode 2 -> 1 as the burst began; README, "No scale-down
+    # into a rising load").
+    rise_hold: float | None = Field(0.5, gt=0.0, le=100.0)
 
     def is_steady(self, rate_cv: float | None) -> bool:
         """Whether the steady rules apply at this burstiness (``rate_cv`` None: unknown, so the hedge)."""

@@ -21,7 +21,7 @@ from planner.decide.error_budget import BudgetSample, budget_status
 from planner.decide.error_budget import sample_of as budget_sample
 from planner.errors import UserError
 from planner.forecast import Forecaster, LastValue, make_forecaster
-from planner.forecast.burst import MEASURES
+from planner.forecast.burst import MEASURES, rate_rise
 from planner.policy_file import PolicyFile
 from planner.profile import Profile
 from planner.types import (
@@ -191,6 +191,8 @@ class PlannerController:
             forecast, fell_back = self.forecaster.forecast(self.history, now_s)
             if forecast is not None and self.policy.behavior.steady is not None:
                 forecast = replace(forecast, rate_cv=self._rate_cv(now_s))
+            if forecast is not None and self.policy.behavior.rise_hold is not None:
+                forecast = replace(forecast, rate_rise=self._rate_rise())
             if self.policy.sla.budget_control:
                 self.last_budget = self._budget(observation, now_s)
                 if forecast is not None:
@@ -211,6 +213,13 @@ class PlannerController:
             self.budget_samples.append(sample)
         return budget_status(self.budget_samples, now_s, self.policy.sla.window_s, self.policy.sla.percentile,
                              self.budget_since_s)
+
+    def _rate_rise(self) -> float | None:
+        """How far the arrival rate's latest read rose over the one before (unknown when they are more than two
+        intervals apart: a gap in the reads says nothing about the trend)."""
+        last = list(self.history)[-2:]
+        return rate_rise([s.at_s for s in last], [s.rate_rps for s in last], self.policy.metrics.window_s,
+                         2.0 * self.interval_s)
 
     def _rate_cv(self, now_s: float) -> float | None:
         """The arrival rate's burstiness over ``behavior.steady.over_s`` of history (it picks the scale-down

@@ -256,6 +256,10 @@ class LoadForecast:
     # counting noise taken out (planner/forecast/burst.py). It picks the scale-down rules (config.Steady);
     # None: unknown, and the hedge applies.
     rate_cv: float | None = None
+    # How far the latest read of the arrival rate rose over the read before it (a share: 0.5 is half again; 0.0
+    # falling or within counting noise; planner/forecast/burst.py rate_rise). Above behavior.rise_hold no pool
+    # gives capacity back this tick. None: unknown, and nothing is held for it.
+    rate_rise: float | None = None
     # The SLA's error budget as the controller measured it (sla.budget_control); None: not measured, and the
     # decision sizes at forecast.quantile as it always did.
     sla_budget: SlaBudget | None = None
@@ -318,6 +322,9 @@ class Reason(StrEnum):
     FLEET_WAKE = "fleet_wake"  # the fleet's budget went first to a lower priority's wake (requests held for it)
     IDLE_WINDOW = "idle_window"  # min_replicas 0: one replica kept until idle for scale_to_zero_after_s
     WAKE_TOGETHER = "wake_together"  # min_replicas 0: traffic seen, every pool has at least one replica
+    # The arrival rate rose past behavior.rise_hold since the last read (beyond counting noise): no pool is
+    # scaled down this tick, as the start of a burst still recommends the lull's size.
+    RATE_RISING = "rate_rising"
 
 
 @dataclass(frozen=True)

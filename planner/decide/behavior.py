@@ -165,7 +165,8 @@ def _a_flap(current: int, stabilised: int, memory: PoolMemory, history: tuple[tu
 
 def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: Behavior, spec: PoolSpec,
            allow_down: bool = True, flap_guard: bool = True, keep_s: float = 0.0, tick_s: float = 0.0,
-           half_is_real_after_s: float | None = None, settled_after_s: float | None = None) -> Behaved:
+           half_is_real_after_s: float | None = None, settled_after_s: float | None = None,
+           hold_reason: Reason = Reason.NO_DATA_HOLD) -> Behaved:
     """The replicas to ask for this tick, the reason for every clamp, and the memory to carry forward.
 
     ``flap_guard`` adds the planner's one rule beyond HPA's (a scale-down that reverses a recent reversal must
@@ -174,7 +175,8 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
     window or period with less than ``JITTER_SHARE`` of it left counts as over (0: exact comparisons).
     ``half_is_real_after_s``: for the flap guard, half the pool is a real change too once no tick asked for more
     for this long (a decode pool its ITL sizes; None: never); ``settled_after_s``: any step is, once none did for
-    this long (a prefill pool under the steady rules; None: never).
+    this long (a prefill pool under the steady rules; None: never). ``allow_down`` False keeps at least the
+    current size, for ``hold_reason``.
     """
     tolerance_s = JITTER_SHARE * max(0.0, tick_s)
     reasons: list[Reason] = []
@@ -208,7 +210,7 @@ def behave(desired: int, current: int, memory: PoolMemory, now_s: float, rules: 
 
     if not allow_down and out < current:
         out = current
-        reasons.append(Reason.NO_DATA_HOLD)
+        reasons.append(hold_reason)
     if out < spec.min_replicas:
         out = spec.min_replicas
         reasons.append(Reason.FLOOR)
@@ -284,11 +286,12 @@ def _steady_for(memory: PoolMemory, now_s: float, for_s: float, tick_s: float) -
 
 def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tuple[Reason, ...]],
               allow_down: Mapping[Pool, bool], state: PlannerState, obs: Observation, now_s: float,
-              rate_cv: float | None = None) -> dict[Pool, Recommended]:
+              rate_cv: float | None = None, rate_rising: bool = False) -> dict[Pool, Recommended]:
     """HPA's rules per pool: tolerance, stabilisation windows, rate limits, floors and ceilings.
 
     ``why`` carries the reasons of the stages before (demand, calibration, sizing); a pool that may not
-    scale down (missing from the observation, or sized from a fallback forecast) keeps at least its size.
+    scale down (missing from the observation, or sized from a fallback forecast) keeps at least its size
+    (reason no_data_hold), and so does every pool while ``rate_rising`` (reason rate_rising).
     The scale-down rules are ``behavior.steady``'s while ``rate_cv`` says the arrival rate is steady, the
     hedge (``behavior.scale_down``) otherwise.
     """
@@ -310,7 +313,9 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
             memory = replace(memory, unsteady_at_s=now_s)
         ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
         current = current_replicas(policy.pool(pool), memory, ready)
-        b = behave(desired[pool], current, memory, now_s, pool_rules, policy.pool(pool), allow_down[pool], keep_s=keep_s,
+        hold = Reason.NO_DATA_HOLD if not allow_down[pool] else Reason.RATE_RISING
+        b = behave(desired[pool], current, memory, now_s, pool_rules, policy.pool(pool),
+                   allow_down[pool] and not rate_rising, keep_s=keep_s, hold_reason=hold,
                    tick_s=float(policy.interval_s),
                    half_is_real_after_s=HALF_AFTER_S if _sized_by_itl(pool, memory, now_s) else None,
                    settled_after_s=SETTLED_AFTER_S if pool == Pool.PREFILL and _steady_for(

@@ -76,11 +76,20 @@ def decide(spec: DeciderSpec, observation: Observation | NoData, forecast: LoadF
     rate_cv = steady_gate(dem, forecast)
     recommended = recommend(spec.policy, {p: 0 if dem.zero else s.replicas for p, s in sized.items()},  # 4
                             _reasons_so_far(dem, factors, sized),
-                            {p: p in obs.pools and not fallback for p in spec.pools}, state, obs, now_s, rate_cv)
+                            {p: p in obs.pools and not fallback for p in spec.pools}, state, obs, now_s, rate_cv,
+                            rate_rising(spec, forecast))
     budgeted, cut = apply_budget(spec, {p: r.replicas for p, r in recommended.items()}, dem, factors)  # 5
     final = hold_floors(spec, budgeted)  # 6
     final, state = idle_window(spec, final, measured_idle(spec, obs), state, now_s)  # 7
-    return _record(spec, dem, factors, sized, recommended, final, cut, state, now_s, rate_cv)
+    return _record(spec, dem, factors, sized, recommended, final, cut, state, now_s, rate_cv,
+                   forecast.rate_rise if forecast is not None else None)
+
+
+def rate_rising(spec: DeciderSpec, forecast: LoadForecast | None) -> bool:
+    """Whether the arrival rate rose past ``behavior.rise_hold`` since the last read (no scale-down this tick)."""
+    hold = spec.policy.behavior.rise_hold
+    rise = forecast.rate_rise if forecast is not None else None
+    return hold is not None and rise is not None and rise > hold
 
 
 def steady_gate(dem: Demand, forecast: LoadForecast | None) -> float | None:
@@ -183,7 +192,8 @@ def _predicted(spec: DeciderSpec, dem: Demand, factors: Factors, pool: Pool,
 
 def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Pool, Sizing],
             recommended: Mapping[Pool, Recommended], final: Mapping[Pool, tuple[int, tuple[Reason, ...]]],
-            cut: set[Pool], state: PlannerState, now_s: float, rate_cv: float | None) -> tuple[Decision, PlannerState]:
+            cut: set[Pool], state: PlannerState, now_s: float, rate_cv: float | None,
+            rate_rise: float | None = None) -> tuple[Decision, PlannerState]:
     """The Decision (replicas, reasons, predictions) and the state that remembers it."""
     pools: dict[str, PoolDecision] = {}
     for pool in spec.pools:
@@ -205,6 +215,8 @@ def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Poo
         detail = {**detail, "headroom_quantile": dem.quantile}
     if rate_cv is not None:
         detail = {**detail, "rate_cv": rate_cv}
+    if rate_rise is not None:
+        detail = {**detail, "rate_rise": rate_rise}
     decision = Decision(now_s, pools, _dedupe(r for p in spec.pools for r in pools[p].reasons),
                         pools[spec.mode.ttft_pool].predicted_ttft_ms, pools[spec.mode.itl_pool].predicted_itl_ms,
                         detail)

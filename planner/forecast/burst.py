@@ -22,6 +22,11 @@ a trend or a step barely moves), with the counting noise of two overlapping wind
 their difference's counting variance is 2 r min(dt, window_s) / window_s^2). On/off load swings between readings
 and scores high either way (Azure code: 0.47 median against 0.79), a step scores once and is diluted within
 minutes (README, issue 27's levers: "Burstiness by its swing").
+
+``rate_rise`` reads the other side of a burst: how far the latest reading rose over the one before it, where
+the rise is beyond what counting explains. The decision gives no capacity back on such a tick (behavior.rise_hold):
+the hedge's window only asks that the recommendations were low for its length, and at the end of a lull the
+tick the next burst starts still recommends the lull's size (README, "No scale-down into a rising load").
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ import statistics
 from collections.abc import Sequence
 
 MIN_SAMPLES = 4  # fewer windows than this say nothing about a spread
+# A rise counts when it is this many standard deviations of two windows' counting noise: at 3, steady Poisson
+# load reads as rising on about one tick in 700.
+RISE_Z = 3.0
 
 
 def _readings(times_s: Sequence[float], rates_rps: Sequence[float], now_s: float, over_s: float,
@@ -85,3 +93,25 @@ def rate_swing_cv(times_s: Sequence[float], rates_rps: Sequence[float], now_s: f
 
 
 MEASURES = {"level": rate_cv, "swing": rate_swing_cv}
+
+
+def rate_rise(times_s: Sequence[float], rates_rps: Sequence[float], window_s: float,
+              max_gap_s: float) -> float | None:
+    """The latest reading's rise over the one before it, as a share of the earlier one (0.5: half again).
+
+    0.0 when it fell, or rose by no more than ``RISE_Z`` standard deviations of the counting noise of two
+    ``window_s`` windows read ``dt`` apart (their difference's variance is 2 r min(dt, window_s) / window_s^2, the
+    module doc); None (unknown) when the last two readings are not both finite and non-negative, or lie more than
+    ``max_gap_s`` apart. An earlier rate of zero counts as one request per window, so the share stays finite.
+    """
+    if window_s <= 0:
+        raise ValueError(f"window_s must be > 0, got {window_s!r}")
+    if len(times_s) < 2 or len(rates_rps) < 2:
+        return None
+    (t0, t1), (r0, r1) = times_s[-2:], rates_rps[-2:]
+    if not all(math.isfinite(r) and r >= 0 for r in (r0, r1)) or not 0 < t1 - t0 <= max_gap_s:
+        return None
+    noise = math.sqrt(2.0 * max(r0, 1.0 / window_s) * min(t1 - t0, window_s)) / window_s
+    if r1 - r0 <= RISE_Z * noise:
+        return 0.0
+    return (r1 - r0) / max(r0, 1.0 / window_s)
