@@ -217,7 +217,7 @@ class PlannerController:
     def _rate_rise(self) -> float | None:
         """How far the arrival rate's latest read rose over the one before (unknown when they are more than two
         intervals apart: a gap in the reads says nothing about the trend)."""
-        last = list(self.history)[-2:]
+        last = [self.history[-2], self.history[-1]] if len(self.history) >= 2 else []
         return rate_rise([s.at_s for s in last], [s.rate_rps for s in last], self.policy.metrics.window_s,
                          2.0 * self.interval_s)
 

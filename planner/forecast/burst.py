@@ -88,8 +88,13 @@ def rate_swing_cv(times_s: Sequence[float], rates_rps: Sequence[float], now_s: f
         return 0.0
     gap_s = statistics.median(b[0] - a[0] for a, b in zip(kept, kept[1:], strict=False))
     half_mssd = sum((b - a) ** 2 for a, b in zip(values, values[1:], strict=False)) / (2 * (len(values) - 1))
-    excess = max(0.0, half_mssd - mean * min(gap_s, window_s) / window_s**2)
+    excess = max(0.0, half_mssd - _difference_noise_var(mean, gap_s, window_s) / 2.0)
     return math.sqrt(excess) / mean
+
+
+def _difference_noise_var(rate_rps: float, dt_s: float, window_s: float) -> float:
+    """The counting variance of the difference of two ``window_s`` rates read ``dt_s`` apart (module doc)."""
+    return 2.0 * rate_rps * min(dt_s, window_s) / window_s**2
 
 
 MEASURES = {"level": rate_cv, "swing": rate_swing_cv}
@@ -111,7 +116,7 @@ def rate_rise(times_s: Sequence[float], rates_rps: Sequence[float], window_s: fl
     (t0, t1), (r0, r1) = times_s[-2:], rates_rps[-2:]
     if not all(math.isfinite(r) and r >= 0 for r in (r0, r1)) or not 0 < t1 - t0 <= max_gap_s:
         return None
-    noise = math.sqrt(2.0 * max(r0, 1.0 / window_s) * min(t1 - t0, window_s)) / window_s
+    noise = math.sqrt(_difference_noise_var(max(r0, 1.0 / window_s), t1 - t0, window_s))
     if r1 - r0 <= RISE_Z * noise:
         return 0.0
     return (r1 - r0) / max(r0, 1.0 / window_s)
