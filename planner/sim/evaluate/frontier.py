@@ -117,7 +117,8 @@ def _static(ctx: BaselineContext, peak_scale: float) -> Controller:
     peak = ctx.schedule.peak(ctx.warmup_s)
     sizes = {p: max(ctx.policy.pool(p).min_replicas, math.ceil(n * peak_scale - 1e-9)) for p, n in peak.items()}
     name = "static" if peak_scale == 1.0 else f"static[peak_scale={peak_scale:g}]"
-    return StaticController(ctx.policy, ctx.profile, sizes, name=name)
+    return StaticController(ctx.policy, ctx.profile, sizes, name=name, lead=ctx.schedule.plan.held,
+                            lead_until_s=ctx.warmup_s)
 
 
 def _reactive(ctx: BaselineContext, target_scale: float) -> Controller:

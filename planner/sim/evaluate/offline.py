@@ -64,6 +64,12 @@ class TargetPlan:
         i = min(self.cells - 1, max(0, int(math.floor(t_s / self.grid_s + 1e-9))))
         return {p: int(v[i]) for p, v in self.targets.items()}
 
+    def held(self, from_s: float, to_s: float) -> dict[str, int]:
+        """The most replicas each pool is asked for over [from_s, to_s) (at least the cell at ``from_s``)."""
+        first = min(self.cells - 1, max(0, int(math.floor(from_s / self.grid_s + 1e-9))))
+        last = min(self.cells, max(first + 1, int(math.ceil(to_s / self.grid_s - 1e-9))))
+        return {p: int(v[first:last].max()) for p, v in self.targets.items()}
+
     def replicas_seconds(self, gpus: Mapping[str, int]) -> float:
         return float(sum(v.sum() * gpus[p] for p, v in self.targets.items()) * self.grid_s)
 

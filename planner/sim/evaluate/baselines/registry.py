@@ -62,13 +62,15 @@ class Baseline:
     def starting_replicas(self, controller: Controller, ctx: BaselineContext) -> dict[str, int]:
         if self.starts_at_own_targets:
             assert isinstance(controller, StaticController)
-            return dict(controller.targets)
+            return controller.targets_at(0.0)
         return dict(ctx.initial)
 
 
 def _static(ctx: BaselineContext) -> Controller:
     assert ctx.schedule is not None
-    return StaticController(ctx.policy, ctx.profile, ctx.schedule.peak(ctx.warmup_s))
+    schedule = ctx.schedule
+    return StaticController(ctx.policy, ctx.profile, schedule.peak(ctx.warmup_s), lead=schedule.plan.held,
+                            lead_until_s=ctx.warmup_s)
 
 
 def _static_yesterday(ctx: BaselineContext) -> Controller:
