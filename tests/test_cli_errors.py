@@ -161,6 +161,7 @@ OUT_ARGS = {
     ("bench", "seeds"): ["--seeds", "1"],
     ("bench", "hours"): ["--quick"],
     ("bench", "fidelity"): ["--modes", "aggregated"],
+    ("bench", "prefill"): [],
 }
 
 

@@ -175,5 +175,5 @@ def test_bench_harnesses_live_in_planner_bench() -> None:
 
     names = {c.name for c in bench_app.registered_commands}
     assert names == {"profile", "sim", "decide", "forecast", "observe", "suite", "seeds", "endpoint", "fidelity",
-                     "fleet", "hours"}
+                     "fleet", "hours", "prefill"}
     assert {f"planner.bench.{n}" for n in names} <= set(MODULES)

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from planner.commands.args import parse_models, positive
+from planner.commands.bench_prefill import bench_prefill
 from planner.commands.console import out_console
 from planner.errors import UserError
 from planner.types import Mode
@@ -486,3 +487,4 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("hours")(bench_hours)
     bench_app.command("endpoint")(bench_endpoint)
     bench_app.command("fidelity")(bench_fidelity)
+    bench_app.command("prefill")(bench_prefill)
