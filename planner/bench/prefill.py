@@ -45,6 +45,7 @@ class Point:
     simulated_ms: float  # TTFT at the SLA percentile, after the warm-up
     predicted_ms: float  # the sizing model's (inf: its queue is unstable)
     utilisation: float  # of the model's one-prompt queue: rate x prefill time of the mean prompt / replicas
+    percentile: float  # the SLA's, which both TTFTs are at
 
     @property
     def ratio(self) -> float:
@@ -80,7 +81,7 @@ def measure(profile: Path, policy: Path, isl_mean: float, rates: Sequence[float]
             ttft = r["ttft_s"][scored]
             ttft = np.where(r["failed"][scored], np.inf, ttft)
             out.append(Point(rate, c, int(scored.sum()), float(np.percentile(ttft, percentile)) * 1e3,
-                             prefill_ttft_ms(model, load, c), rate * engine.prefill_s(isl_mean) / c))
+                             prefill_ttft_ms(model, load, c), rate * engine.prefill_s(isl_mean) / c, percentile))
     return out
 
 
@@ -99,7 +100,7 @@ def run(console: Console, profile: Path | None, policy: Path | None, isl_mean: f
         table.add_row(f"{p.rate_rps:g}", str(p.replicas), f"{p.requests:,}", _ms(p.simulated_ms),
                       _ms(p.predicted_ms), f"{p.ratio:.2f}" if math.isfinite(p.ratio) else "-", util)
     console.print(table)
-    console.print(f"TTFT at p{load_policy(pol).sla.percentile:g}; the model's ceiling on its one-prompt queue's "
+    console.print(f"TTFT at p{points[0].percentile:g}; the model's ceiling on its one-prompt queue's "
                   f"utilisation is {MAX_UTILISATION:g} (planner/decide/queueing.py).")
     return points
 

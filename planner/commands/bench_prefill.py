@@ -21,8 +21,9 @@ def _rates(text: str) -> tuple[float, ...]:
             value = float(item)
         except ValueError:
             raise UserError(f"--rates: {item!r} is not a number; expected e.g. 80,113") from None
-        out.append(positive("--rates", value))
-    return tuple(v for v in out if v is not None)
+        positive("--rates", value)
+        out.append(value)
+    return tuple(out)
 
 
 def bench_prefill(

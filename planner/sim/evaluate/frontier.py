@@ -38,8 +38,7 @@ from planner.sim.evaluate.backtest import (
 from planner.sim.evaluate.baselines.dynamo_load import DynamoLoadController
 from planner.sim.evaluate.baselines.dynamo_throughput import DynamoThroughputController
 from planner.sim.evaluate.baselines.reactive import ReactiveController
-from planner.sim.evaluate.baselines.registry import REGISTRY, BaselineContext
-from planner.sim.evaluate.baselines.static import StaticController
+from planner.sim.evaluate.baselines.registry import REGISTRY, BaselineContext, static_controller
 from planner.sim.evaluate.envelope import RANGE, compare
 from planner.sim.evaluate.workers import process_context
 from planner.types import Controller
@@ -117,8 +116,7 @@ def _static(ctx: BaselineContext, peak_scale: float) -> Controller:
     peak = ctx.schedule.peak(ctx.warmup_s)
     sizes = {p: max(ctx.policy.pool(p).min_replicas, math.ceil(n * peak_scale - 1e-9)) for p, n in peak.items()}
     name = "static" if peak_scale == 1.0 else f"static[peak_scale={peak_scale:g}]"
-    return StaticController(ctx.policy, ctx.profile, sizes, name=name, lead=ctx.schedule.plan.held,
-                            lead_until_s=ctx.warmup_s)
+    return static_controller(ctx, sizes, name)
 
 
 def _reactive(ctx: BaselineContext, target_scale: float) -> Controller:

@@ -6,7 +6,7 @@ Adding a baseline: write its Controller in its own file under planner/sim/evalua
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from planner.controller import initial_state
@@ -66,11 +66,16 @@ class Baseline:
         return dict(ctx.initial)
 
 
+def static_controller(ctx: BaselineContext, sizes: Mapping[str, int], name: str = "static") -> StaticController:
+    """Fixed ``sizes`` over the scored window, led through the warm-up by the offline schedule's sizes there."""
+    assert ctx.schedule is not None
+    return StaticController(ctx.policy, ctx.profile, sizes, name=name, lead=ctx.schedule.plan.held,
+                            lead_until_s=ctx.warmup_s)
+
+
 def _static(ctx: BaselineContext) -> Controller:
     assert ctx.schedule is not None
-    schedule = ctx.schedule
-    return StaticController(ctx.policy, ctx.profile, schedule.peak(ctx.warmup_s), lead=schedule.plan.held,
-                            lead_until_s=ctx.warmup_s)
+    return static_controller(ctx, ctx.schedule.peak(ctx.warmup_s))
 
 
 def _static_yesterday(ctx: BaselineContext) -> Controller:
