@@ -8,13 +8,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.controller import make_planner_controller
+from planner.controller import PlannerController, make_planner_controller
+from planner.decide.capacity import Load
+from planner.decide.spec import DeciderSpec
 from planner.policy_file import load_policy
 from planner.profile import load_profile
 from planner.sim.cluster.cluster import SimConfig
-from planner.sim.evaluate.model_bias import MIN_REQUESTS, model_bias, ratios
+from planner.sim.evaluate.baselines.static import StaticController
+from planner.sim.evaluate.model_bias import (
+    AT_LOAD,
+    MIN_REQUESTS,
+    model_bias,
+    predicted_at_load,
+    ratios,
+    window_load,
+)
 from planner.sim.evaluate.replay import replay
+from planner.sim.evaluate.scoring import summarise
+from planner.sim.traces.records import RequestTrace
 from planner.sim.traces.synthetic import constant
+from planner.types import QUANTILES, Decision, Forecast, LoadForecast, PoolDecision
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,3 +83,87 @@ def test_the_replay_records_the_prediction_of_the_decision_in_force() -> None:
     assert checked > 40
     # The realised figure is the window's latency at the SLA percentile (95 here: the p95 itself).
     assert all(r["ttft_ms_at_sla"] == r["ttft_ms_p95"] or math.isnan(r["ttft_ms_p95"]) for r in rep.timeline)
+
+
+class GivenLoad:
+    """A LoadForecaster that always forecasts the same load (the test's stand-in for a forecast that is off)."""
+
+    def __init__(self, rate_rps: float, isl: float, osl: float) -> None:
+        self.load = (rate_rps, isl, osl)
+
+    def forecast(self, history: object, now_s: float) -> tuple[LoadForecast, bool]:
+        rate, isl, osl = self.load
+
+        def given(v: float) -> Forecast:
+            return Forecast(v, dict.fromkeys(QUANTILES, v), 90.0, "given")
+
+        return LoadForecast(given(rate), given(isl), given(osl), given(rate * isl), given(rate * osl)), False
+
+
+@pytest.mark.parametrize("overstated, at_forecast_ttft", [
+    pytest.param(1.0, (0.85, 1.15), id="forecast-right"),
+    pytest.param(2.0, (0.0, 0.6), id="forecast-twice-the-load"),
+])
+def test_bias_at_the_load_that_came_leaves_the_forecast_out(overstated: float,
+                                                             at_forecast_ttft: tuple[float, float]) -> None:
+    """A forecast of twice the load sizes larger pools, which deliver far below what was predicted at that load
+    (the headroom shows in model_bias), while the same model asked at the load that came still predicts what the
+    ready replicas deliver."""
+    pol = load_policy(REPO / "policies" / "example.yaml")
+    prof = load_profile(pol.profile)
+    tr = constant(12.0, 900.0, isl=1200, osl=200, seed=2)
+    c = PlannerController(pol, prof, GivenLoad(12.0 * overstated, 1200, 200))
+    rep = replay(tr, prof, c, SimConfig(startup_s=60.0), {"prefill": 4, "decode": 2}, window_s=60.0,
+                 score_from_s=300.0)
+    forecast, came = model_bias(rep.timeline, 300.0), model_bias(rep.timeline, 300.0, AT_LOAD)
+    assert forecast is not None and came is not None
+    assert at_forecast_ttft[0] <= forecast["ttft"]["median"] <= at_forecast_ttft[1]
+    assert 0.85 <= came["ttft"]["median"] <= 1.15 and 0.85 <= came["itl"]["median"] <= 1.15
+    assert came["ttft"]["intervals"] >= 15
+    assert summarise(rep, pol, tr.duration_s)["model_bias_at_load"] == came
+
+
+def test_a_baseline_without_a_sizing_model_records_no_bias_at_load() -> None:
+    pol = load_policy(REPO / "policies" / "example.yaml")
+    prof = load_profile(pol.profile)
+    tr = constant(12.0, 300.0, isl=1200, osl=200, seed=2)
+    c = StaticController(pol, prof, {"prefill": 4, "decode": 2})
+    rep = replay(tr, prof, c, SimConfig(startup_s=60.0), {"prefill": 4, "decode": 2}, window_s=60.0)
+    assert not any(k.endswith("predicted_at_load_ms") for k in rep.timeline[-1])
+    assert "model_bias_at_load" not in summarise(rep, pol, tr.duration_s)
+
+
+def test_window_load_is_what_arrived_in_the_window() -> None:
+    tr = RequestTrace(np.array([1.0, 10.0, 20.0, 30.0, 31.0]), np.array([100, 300, 3000, 500, 700]),
+                      np.array([10, 20, 30, 40, 50]))
+    arrived = window_load(tr, 30.0, 20.0)  # (10, 30]: the requests at 20 and 30
+    assert arrived is not None
+    load, mix = arrived
+    assert load == Load(2 / 20.0, 1750.0, 35.0)
+    # the engines' 1-2-5 buckets: 500 in (200, 500], 3000 in (2000, 5000]
+    assert mix is not None and 200 < min(mix.tokens) and max(mix.tokens) <= 5000
+    assert window_load(tr, 60.0, 20.0) is None
+
+
+def test_no_prediction_at_load_without_factors_or_ready_replicas() -> None:
+    pol = load_policy(REPO / "policies" / "example.yaml")
+    spec = DeciderSpec.build(pol, load_profile(pol.profile), 90.0)
+    arrived = (Load(12.0, 1200.0, 200.0), None)
+    pools = {"prefill": PoolDecision(3, 1, 3.0, ()), "decode": PoolDecision(1, 2, 1.0, ())}
+    sized = Decision(30.0, pools, (), detail={"ttft_factor": 1.0, "itl_factor": 1.0})
+    held = Decision(30.0, pools, (), detail={"hold": "no data"})
+    ok = predicted_at_load(spec, sized, {"prefill": 3.0, "decode": 1.0}, arrived)
+    assert all(math.isfinite(v) and v > 0 for v in ok.values()) and set(ok) == {
+        "prefill.predicted_at_load_ms", "decode.predicted_at_load_ms"}
+    doubled = predicted_at_load(spec, replace_factors(sized, 2.0), {"prefill": 3.0, "decode": 1.0}, arrived)
+    assert doubled["prefill.predicted_at_load_ms"] == pytest.approx(2.0 * ok["prefill.predicted_at_load_ms"])
+    for decision, ready, load in ((held, {"prefill": 3.0, "decode": 1.0}, arrived),
+                                  (sized, {"prefill": 0.0, "decode": 1.0}, arrived),
+                                  (sized, {"prefill": 3.0, "decode": 1.0}, None)):
+        out = predicted_at_load(spec, decision, ready, load)
+        assert math.isnan(out["prefill.predicted_at_load_ms"])
+
+
+def replace_factors(decision: Decision, ttft_factor: float) -> Decision:
+    return Decision(decision.at_s, decision.pools, decision.reasons,
+                    detail={**decision.detail, "ttft_factor": ttft_factor})

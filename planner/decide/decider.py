@@ -50,12 +50,12 @@ from dataclasses import replace
 from planner.decide.behavior import Recommended, commit, current_replicas, recommend
 from planner.decide.budget import apply_budget
 from planner.decide.calibration import Factors, calibrate
-from planner.decide.capacity import Sizing, aggregated_latency_ms, decode_itl_ms, prefill_ttft_ms
+from planner.decide.capacity import Load, Sizing, aggregated_latency_ms, decode_itl_ms, prefill_ttft_ms
 from planner.decide.demand import Demand, Hold, check_data, demand, finite, measured_idle
 from planner.decide.size import size_pools
 from planner.decide.spec import DeciderSpec
 from planner.decide.state import PlannerState
-from planner.types import Decision, LoadForecast, NoData, Observation, Pool, PoolDecision, Reason
+from planner.types import Decision, LengthMix, LoadForecast, NoData, Observation, Pool, PoolDecision, Reason
 
 
 def decide(spec: DeciderSpec, observation: Observation | NoData, forecast: LoadForecast | None,
@@ -182,12 +182,21 @@ def hold(spec: DeciderSpec, state: PlannerState, now_s: float, obs: Observation 
 
 def _predicted(spec: DeciderSpec, dem: Demand, factors: Factors, pool: Pool,
                replicas: int) -> tuple[float | None, float | None]:
-    """(TTFT, ITL) the model predicts for ``pool`` at ``replicas`` (None where the pool does not set it)."""
+    """(TTFT, ITL) the model predicts for ``pool`` at ``replicas`` at the demand's load (None where the pool does
+    not set it)."""
+    return latency_at(spec, pool, dem.for_pool(pool), replicas, factors, dem.isl_mix)
+
+
+def latency_at(spec: DeciderSpec, pool: Pool, load: Load, replicas: int, factors: Factors,
+               mix: LengthMix | None) -> tuple[float | None, float | None]:
+    """(TTFT, ITL) the model, with the calibration ``factors``, predicts for ``pool`` at ``replicas`` serving
+    ``load`` (None where the pool does not set it): a decision asks it at the load it forecast, a replay at the
+    load that came (the model's own error, the forecast's headroom left out: model_bias.py)."""
     if pool is Pool.AGGREGATED:
-        return aggregated_latency_ms(spec.model, dem.load, replicas, factors.ttft, factors.itl, dem.isl_mix)
+        return aggregated_latency_ms(spec.model, load, replicas, factors.ttft, factors.itl, mix)
     if pool is Pool.PREFILL:
-        return prefill_ttft_ms(spec.model, dem.prefill, replicas, factors.ttft, dem.isl_mix), None
-    return None, decode_itl_ms(spec.model, dem.decode, replicas, factors.itl, dem.isl_mix)
+        return prefill_ttft_ms(spec.model, load, replicas, factors.ttft, mix), None
+    return None, decode_itl_ms(spec.model, load, replicas, factors.itl, mix)
 
 
 def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Pool, Sizing],

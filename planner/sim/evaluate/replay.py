@@ -4,7 +4,8 @@ Every ``controller.interval_s`` the loop reads the sim's MetricSource over the p
 asks the controller for a Decision and applies its targets through the sim's Actuator: exactly what the
 live control loop does against Prometheus and Kubernetes. Every ``sample_s`` it records a timeline row
 (replicas by state, GPUs, queue, KV usage, windowed TTFT/ITL percentiles, and the latency the decision in
-force predicted for its sizes beside the one realised) for the report's plots and the model's bias. A policy
+force predicted for its sizes beside the one realised, and, for a controller with the sizing model, what that
+model predicts for the ready replicas at the window's own load) for the report's plots and the model's bias. A policy
 at zero replicas is woken by its first request at once, as the router's wake signal does live (`planner route
 --wake-url`): the controller ticks at that moment, off its grid, which goes on where it was.
 """
@@ -17,10 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.decide.spec import DeciderSpec
 from planner.profile import Profile
 from planner.router.defaults import WAKE_REPEAT_S
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.cluster.metrics import SimActuator, SimMetricSource
+from planner.sim.evaluate.model_bias import predicted_at_load, window_load
 from planner.sim.traces.records import RequestTrace
 from planner.types import Controller, Decision, NoData, NoDataReason
 
@@ -53,6 +56,8 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
     interval = float(controller.interval_s)
     next_tick = interval  # the initial sizes hold for the first interval
     next_sample = 0.0
+    spec = getattr(controller, "spec", None)
+    spec = spec if isinstance(spec, DeciderSpec) else None
     last_arrival = float(trace.arrival_s[-1]) if len(trace) else 0.0
     horizon = last_arrival + config.tail_s
     timeline: list[dict[str, float]] = []
@@ -79,7 +84,12 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
         t = min(next_tick, next_sample, wake_s)
         cluster.run_until(t)
         if t == next_sample:
-            timeline.append(_sample(cluster, source, t, sample_s, decisions[-1] if decisions else None))
+            row = _sample(cluster, source, t, sample_s, decisions[-1] if decisions else None)
+            if spec is not None:  # a controller with the sizing model: ask it at the load that came too
+                ready = {str(p): row[f"{p}.ready"] for p in cluster.pools}
+                row.update(predicted_at_load(spec, decisions[-1] if decisions else None, ready,
+                                             window_load(trace, t, sample_s)))
+            timeline.append(row)
             next_sample += sample_s
         if t == next_tick:
             tick(t)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from planner.sim.evaluate.backtest import BacktestResult
-from planner.sim.evaluate.model_bias import SIGNALS, ratios
+from planner.sim.evaluate.model_bias import AT_LOAD, SIGNALS, ratios
 
 
 def _fmt(v: object, spec: str = ".3f") -> str:
@@ -64,6 +64,7 @@ def render_markdown(report: dict) -> str:
     for name, p in rows:
         lines.append(_policy_row(name, p, off_h))
     lines += _postures_md(report)
+    lines += _bias_md(report)
     lines += _references_md(report)
     lines += ["", "Plots: load.png, replicas.png, latency.png, calibration.png (the sizing model's bias). "
               "Per-interval records: timeline.csv.", ""]
@@ -82,6 +83,22 @@ def _postures_md(report: dict) -> list[str]:
             out.append(f"- {name}: " + ", ".join(parts))
     return (["", "Error-budget postures (share of scored ticks; mean GPUs asked for in them):", *out]
             if out else [])
+
+
+def _bias_md(report: dict) -> list[str]:
+    """One line per policy with a sizing model: its bias at the forecast's load and at the load that came."""
+    out = []
+    for name, p in report["policies"].items():
+        parts = []
+        for signal in ("ttft", "itl"):
+            both = [p.get(k, {}).get(signal) for k in ("model_bias", "model_bias_at_load")]
+            if all(b is not None for b in both):
+                parts.append(f"{signal.upper()} {both[0]['median']:.2f} at the forecast's load, "
+                             f"{both[1]['median']:.2f} at the load that came")
+        if parts:
+            out.append(f"- {name}: " + "; ".join(parts))
+    return (["", "Sizing model bias (realised / predicted latency at the SLA percentile, median over scored "
+                 "samples; calibration.png):", *out] if out else [])
 
 
 def _policy_row(name: str, p: dict, off_h: float | None) -> str:
@@ -237,17 +254,24 @@ def _latency_plot(plt: Any, result: BacktestResult, shade: Callable[[Any], None]
 
 def calibration_plot(result: BacktestResult) -> Any:
     """calibration.png: realised / predicted latency per scored sample for every policy that predicts, one
-    panel per signal; 1 is a model that spends exactly the SLA it sizes for."""
+    panel per signal, at the forecast's load (1 is a model that spends exactly the SLA it sizes for) and at
+    the load that came (1 is a model that predicts what the ready replicas deliver; model_bias.py)."""
     import matplotlib.pyplot as plt
 
     predicting = {name: rep for name, rep in result.replays.items()
                   if any(len(ratios(rep.timeline, rep.score_from_s, s)) for s, _, _ in SIGNALS)}
     if not predicting:
         return None
-    fig, axes = plt.subplots(1, len(SIGNALS), figsize=(11, 3.8), squeeze=False)
-    for ax, (signal, _, _) in zip(axes[0], SIGNALS, strict=True):
-        data = [ratios(rep.timeline, rep.score_from_s, signal) for rep in predicting.values()]
-        shown = [(name, d) for name, d in zip(predicting, data, strict=True) if len(d)]
+    fig, axes = plt.subplots(len(SIGNALS), 1, figsize=(10, 2.0 + 1.5 * len(predicting) * len(SIGNALS)),
+                             squeeze=False)
+    for ax, (signal, _, _) in zip(axes[:, 0], SIGNALS, strict=True):
+        shown = []
+        for name, rep in predicting.items():
+            for label, signals in ((f"{name} at the forecast's load", SIGNALS),
+                                   (f"{name} at the load that came", AT_LOAD)):
+                d = ratios(rep.timeline, rep.score_from_s, signal, signals)
+                if len(d):
+                    shown.append((label, d))
         if shown:
             ax.boxplot([d for _, d in shown], orientation="horizontal", showfliers=True, whis=(10, 90))
             ax.set_yticks(range(1, len(shown) + 1), [f"{n} (median {np.median(d):.2f})" for n, d in shown])
@@ -255,7 +279,7 @@ def calibration_plot(result: BacktestResult) -> Any:
         ax.set_xscale("log")
         ax.set_xlabel(f"{signal.upper()} realised / predicted at the SLA percentile (per 30 s sample)")
         ax.set_title(f"{signal.upper()}: the sizing model's bias")
-        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.18), fontsize=8)
+        ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.config import Policy
-from planner.sim.evaluate.model_bias import model_bias
+from planner.sim.evaluate.model_bias import AT_LOAD, model_bias
 from planner.sim.evaluate.postures import postures
 from planner.sim.evaluate.replay import Replay
 
@@ -92,6 +92,9 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
     bias = model_bias(rep.timeline, rep.score_from_s)
     if bias is not None:
         out["model_bias"] = bias
+    at_load = model_bias(rep.timeline, rep.score_from_s, AT_LOAD)
+    if at_load is not None:
+        out["model_bias_at_load"] = at_load
     shares = postures(rep.decisions, rep.score_from_s)
     if shares is not None:
         out["postures"] = shares
