@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from planner.decide.decider import latency_at_observed
+from planner.decide.spec import DeciderSpec
 from planner.signals import SignalStatus
 from planner.types import Decision, LoadForecast, NoData, NoDataReason, Observation, Reason, SlaBudget
 
@@ -83,6 +85,11 @@ class PlannerMetrics:
                                 "the sizing model predicted for the sizes in force (1: it spends what it sizes "
                                 "for; 0.5: it delivers half the target); signal is ttft or itl.",
                                 ["policy", "signal"], registry=r)
+        self.model_bias_at_load = Gauge("planner_model_bias_at_load", "Realised latency at the SLA percentile "
+                                        "over what the sizing model (its calibration in force) predicts for the "
+                                        "ready replicas at the load the window measured: the model's own error, "
+                                        "the forecast's headroom left out; signal is ttft or itl.",
+                                        ["policy", "signal"], registry=r)
         self.last_decision_reason = Gauge("planner_last_decision_reason", "1 for each reason of the last "
                                           "decision, 0 for the others.", ["policy", "reason"], registry=r)
         self.decisions = Counter("planner_decisions", "Decisions by reason.", ["policy", "reason"], registry=r)
@@ -195,9 +202,10 @@ def _set(gauge: Gauge, labels: Mapping[str, str], value: float | None, scale: fl
 
 def record_decision(metrics: PlannerMetrics, policy: str, decision: Decision,
                     forecast: LoadForecast | None = None, observation: Observation | NoData | None = None,
-                    in_force: Decision | None = None) -> None:
+                    in_force: Decision | None = None, spec: DeciderSpec | None = None) -> None:
     """Export one tick's decision, the forecast it used and the observation it saw; ``in_force``: the
-    decision whose sizes served that observation's window (the previous tick's), for the model's bias."""
+    decision whose sizes served that observation's window (the previous tick's), for the model's bias;
+    ``spec``: the sizing model, for its bias at the load the window measured."""
     reasons = set(decision.reasons)
     for pool, d in decision.pools.items():
         labels = {"policy": policy, "pool": pool}
@@ -226,21 +234,31 @@ def record_decision(metrics: PlannerMetrics, policy: str, decision: Decision,
         record_observation(metrics, policy, observation, decision)
         if isinstance(observation, Observation) and in_force is not None:
             record_model_bias(metrics, policy, observation, in_force)
+            if spec is not None:
+                at_load = latency_at_observed(spec, observation, in_force)
+                _record_bias(metrics.model_bias_at_load, policy, observation, {str(p): v for p, v in at_load.items()})
 
 
 def record_model_bias(metrics: PlannerMetrics, policy: str, observation: Observation, in_force: Decision) -> None:
     """Realised at the SLA percentile / predicted by the decision in force, per signal (as a backtest's
     model_bias, one interval at a time); no series where either is unknown."""
+    _record_bias(metrics.model_bias, policy, observation,
+                 {p: (d.predicted_ttft_ms, d.predicted_itl_ms) for p, d in in_force.pools.items()})
+
+
+def _record_bias(gauge: Gauge, policy: str, observation: Observation,
+                 predicted: Mapping[str, tuple[float | None, float | None]]) -> None:
+    """Realised at the SLA percentile / ``predicted`` (per pool, TTFT and ITL ms), per signal."""
     for signal in ("ttft", "itl"):
         ratio = None
-        for pool, d in in_force.pools.items():
-            predicted = d.predicted_ttft_ms if signal == "ttft" else d.predicted_itl_ms
+        for pool, (ttft, itl) in predicted.items():
+            value = ttft if signal == "ttft" else itl
             o = observation.pools.get(pool)
-            if predicted is None or predicted <= 0 or o is None:
+            if value is None or not math.isfinite(value) or value <= 0 or o is None:
                 continue
             realised = o.ttft_ms_at_sla if signal == "ttft" else o.itl_ms_at_sla
-            ratio = realised / predicted if realised is not None else None
-        _set(metrics.model_bias, {"policy": policy, "signal": signal}, ratio)
+            ratio = realised / value if realised is not None else None
+        _set(gauge, {"policy": policy, "signal": signal}, ratio)
 
 
 def record_budget(metrics: PlannerMetrics, policy: str, budget: SlaBudget | None) -> None:

@@ -117,6 +117,35 @@ def test_budget_headroom_and_the_live_model_bias() -> None:
     assert sample(m, "planner_model_bias", policy="pol", signal="ttft") == pytest.approx(0.75)  # kept: not re-read
 
 
+def test_the_live_model_bias_at_the_load_the_window_measured() -> None:
+    """planner_model_bias_at_load: realised over what the model, with the in-force decision's calibration,
+    predicts for the ready replicas at the window's measured load, whatever that decision predicted at its
+    forecast; no series while the decision in force did not size (a hold has no factors)."""
+    from planner.decide.capacity import Load, decode_itl_ms, prefill_ttft_ms
+    from planner.decide.spec import DeciderSpec
+    from planner.policy_file import load_policy
+    from planner.profile import load_profile
+
+    pol = load_policy(Path(__file__).resolve().parent.parent / "policies" / "example.yaml")
+    spec = DeciderSpec.build(pol, load_profile(pol.profile), 90.0)
+    realised = Observation(30.0, 60.0, {
+        "prefill": PoolObservation(600, 10.0, isl_mean=1200.0, ttft_ms_at_sla=300.0, ready_replicas=3),
+        "decode": PoolObservation(600, 10.0, osl_mean=200.0, itl_ms_at_sla=15.0, ready_replicas=1)})
+    load = Load(10.0, 1200.0, 200.0)
+    m = PlannerMetrics()
+    for in_force in (decision(ttft=400.0), decision(ttft=4000.0)):  # factors 1.25 (TTFT) and 0.8 (ITL)
+        record_decision(m, "pol", decision(), forecast(), realised, in_force=in_force, spec=spec)
+        assert sample(m, "planner_model_bias_at_load", policy="pol", signal="ttft") == pytest.approx(
+            300.0 / prefill_ttft_ms(spec.model, load, 3, 1.25))
+        assert sample(m, "planner_model_bias_at_load", policy="pol", signal="itl") == pytest.approx(
+            15.0 / decode_itl_ms(spec.model, load, 1, 0.8))
+    assert sample(m, "planner_model_bias", policy="pol", signal="ttft") == pytest.approx(300.0 / 4000.0)
+    held = Decision(0.0, decision().pools, (Reason.NO_DATA_HOLD,), detail={"hold": "no data"})
+    record_decision(m, "pol", decision(), forecast(), realised, in_force=held, spec=spec)
+    assert sample(m, "planner_model_bias_at_load", policy="pol", signal="ttft") is None
+    assert sample(m, "planner_model_bias", policy="pol", signal="ttft") == pytest.approx(300.0 / 400.0)
+
+
 def test_missing_values_remove_series_instead_of_writing_zero() -> None:
     m = PlannerMetrics()
     record_decision(m, "pol", decision(ttft=400.0), forecast(), observation())

@@ -105,9 +105,13 @@ def _error_budget() -> Row:
                                           "engines' histograms; an estimate, see docs/deploy.md)."),
         Panel("Headroom in force", (Query(sel(M.headroom_quantile), "{{policy}}"),), width=4, unit="short",
               description="The forecast quantile the pools are sized at."),
-        Panel("Sizing model bias", (Query(sel(M.model_bias), "{{signal}} {{policy}}"),), width=6, unit="short",
+        Panel("Sizing model bias", (Query(sel(M.model_bias), "{{signal}} {{policy}} at the forecast's load"),
+                                    Query(sel(M.model_bias_at_load), "{{signal}} {{policy}} at the load that came")),
+              width=6, unit="short",
               description="Realised latency at the SLA percentile / the latency the model predicted for the "
-                          "sizes in force: 1 spends what it sizes for, below 1 the model is pessimistic."),
+                          "sizes in force at the load it forecast (1 spends what it sizes for; below 1: headroom "
+                          "or a pessimistic model), and / what it predicts for the ready replicas at the load "
+                          "the window measured (below 1: the model itself is pessimistic)."),
     ))
 
 

@@ -24,7 +24,7 @@ from planner.decide.capacity import (
 from planner.decide.demand import ISL_SOURCES, OSL_SOURCES, finite, mean_length
 from planner.decide.spec import DeciderSpec
 from planner.decide.state import Calibrated, PlannerState
-from planner.types import LengthMix, Mode, Observation, Pool, Reason
+from planner.types import Decision, LengthMix, Mode, Observation, Pool, Reason
 
 SAMPLE_WEIGHT = 0.5  # weight of a new observation against the decayed history (in log space)
 MIN_REQUESTS = 20  # a window with fewer requests gives too noisy a percentile to learn from
@@ -59,6 +59,16 @@ class Factors:
 
     ttft: float = 1.0
     itl: float = 1.0
+
+    @classmethod
+    def of(cls, decision: Decision | None) -> Factors | None:
+        """The factors a decision sized with (its detail's ``ttft_factor`` and ``itl_factor``); None for a decision
+        that did not size (a hold records none)."""
+        detail = decision.detail if decision is not None else {}
+        ttft, itl = detail.get("ttft_factor"), detail.get("itl_factor")
+        if not isinstance(ttft, float | int) or not isinstance(itl, float | int):
+            return None
+        return cls(float(ttft), float(itl))
 
     def reasons_for(self, pool: Pool) -> tuple[Reason, ...]:
         """calibrated_up/down for the factors that size ``pool``."""

@@ -51,7 +51,7 @@ from planner.decide.behavior import Recommended, commit, current_replicas, recom
 from planner.decide.budget import apply_budget
 from planner.decide.calibration import Factors, calibrate
 from planner.decide.capacity import Load, Sizing, aggregated_latency_ms, decode_itl_ms, prefill_ttft_ms
-from planner.decide.demand import Demand, Hold, check_data, demand, finite, measured_idle
+from planner.decide.demand import Demand, Hold, check_data, demand, finite, measured_idle, observed_load
 from planner.decide.size import size_pools
 from planner.decide.spec import DeciderSpec
 from planner.decide.state import PlannerState
@@ -185,6 +185,27 @@ def _predicted(spec: DeciderSpec, dem: Demand, factors: Factors, pool: Pool,
     """(TTFT, ITL) the model predicts for ``pool`` at ``replicas`` at the demand's load (None where the pool does
     not set it)."""
     return latency_at(spec, pool, dem.for_pool(pool), replicas, factors, dem.isl_mix)
+
+
+def latency_at_observed(spec: DeciderSpec, obs: Observation,
+                        in_force: Decision | None) -> dict[Pool, tuple[float | None, float | None]]:
+    """Per pool, (TTFT, ITL) the model with ``in_force``'s calibration factors predicts for the pool's ready
+    replicas at the load the observation measured (its arrival rate, mean lengths and prompt-length mix): the
+    live twin of a replay's prediction at the load that came (planner/sim/evaluate/model_bias.py). Empty when
+    ``in_force`` did not size, or no rate or prompt length was measured; a pool without ready replicas is left
+    out."""
+    factors = Factors.of(in_force)
+    load = observed_load(spec, obs)
+    if factors is None or load is None:
+        return {}
+    mix = LengthMix.from_buckets(obs.pools[spec.mode.ttft_pool].isl_buckets) if spec.mode.ttft_pool in obs.pools \
+        else None
+    out = {}
+    for pool in spec.pools:
+        ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
+        if ready:
+            out[pool] = latency_at(spec, pool, load, ready, factors, mix)
+    return out
 
 
 def latency_at(spec: DeciderSpec, pool: Pool, load: Load, replicas: int, factors: Factors,

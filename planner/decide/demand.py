@@ -170,6 +170,16 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q, _held(spec, obs))
 
 
+def observed_load(spec: DeciderSpec, obs: Observation) -> Load | None:
+    """The load the observation measured: the arrivals' rate with the window's mean prompt and output lengths
+    (None when no rate, or no length, was measured)."""
+    arrivals = _arrivals(spec, obs)
+    isl, osl = mean_length(obs, "isl_mean", ISL_SOURCES), mean_length(obs, "osl_mean", OSL_SOURCES)
+    if arrivals is None or finite(arrivals.rate_rps) is None or isl is None or osl is None:
+        return None
+    return Load(max(0.0, arrivals.rate_rps), isl, osl)
+
+
 def _held(spec: DeciderSpec, obs: Observation) -> tuple[float, int]:
     do = obs.pools.get(Pool.DECODE) if spec.policy.mode is Mode.DISAGGREGATED else None
     if do is None or not math.isfinite(do.running):

@@ -283,7 +283,7 @@ class ControlLoop:
         """Export and apply a decision (the fleet's grant, in a fleet)."""
         decision, observation = step.decision, step.observation
         record_decision(self.metrics, self.name, decision, self.controller.last_forecast, observation,
-                        in_force=self.in_force)
+                        in_force=self.in_force, spec=getattr(self.controller, "spec", None))
         self.in_force = decision  # its sizes serve the next window (the model's bias is read against it)
         return self._apply(decision, observation, now_s)
 

@@ -54,7 +54,7 @@ def predicted_at_load(spec: DeciderSpec, in_force: Decision | None, ready: Mappi
     model with the decision's calibration factors predicts for the ready replicas at the window's own load; NaN
     without a decision that sized (a hold records no factors), ready replicas or arrivals."""
     out: dict[str, float] = {}
-    factors = _factors(in_force)
+    factors = Factors.of(in_force)
     for pool in spec.pools:
         keys = (f"{pool}.predicted_at_load_ms", *(("aggregated.predicted_itl_at_load_ms",)
                                                   if pool is Pool.AGGREGATED else ()))
@@ -66,14 +66,6 @@ def predicted_at_load(spec: DeciderSpec, in_force: Decision | None, ready: Mappi
         values = {Pool.PREFILL: (ttft,), Pool.DECODE: (itl,)}.get(pool, (ttft, itl))
         out.update({k: _finite(v) for k, v in zip(keys, values, strict=True)})
     return out
-
-
-def _factors(decision: Decision | None) -> Factors | None:
-    detail = decision.detail if decision is not None else {}
-    ttft, itl = detail.get("ttft_factor"), detail.get("itl_factor")
-    if not isinstance(ttft, float | int) or not isinstance(itl, float | int):
-        return None
-    return Factors(float(ttft), float(itl))
 
 
 def _finite(v: float | None) -> float:
