@@ -167,3 +167,29 @@ def test_no_prediction_at_load_without_factors_or_ready_replicas() -> None:
 def replace_factors(decision: Decision, ttft_factor: float) -> Decision:
     return Decision(decision.at_s, decision.pools, decision.reasons,
                     detail={**decision.detail, "ttft_factor": ttft_factor})
+
+
+def test_the_report_says_both_biases_per_policy_that_predicts() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from planner.sim.evaluate.report import bias_lines
+    from planner.sim.evaluate.summary_table import render_summary
+
+    def entry(**extra: object) -> dict:
+        return {"requests": 100, "attainment_ttft": 0.97, "attainment_itl": 1.0, "attainment_joint": 0.97,
+                "ttft_ms": {"p50": 1.0, "p95": 2.0, "p99": 3.0}, "itl_ms": {"p50": 1.0, "p95": 2.0, "p99": 3.0},
+                "gpu_hours": 1.0, "scale_events": 0, "direction_changes_per_hour": 0.0, "failed_requests": 0, **extra}
+
+    stat = {"median": 0.84, "p10": 0.5, "p90": 1.2, "intervals": 90}
+    report = {"policies": {
+        "planner": entry(model_bias={"ttft": stat, "itl": {**stat, "median": 0.91}},
+                         model_bias_at_load={"ttft": {**stat, "median": 0.99}, "itl": {**stat, "median": 0.97}}),
+        "static": entry()}}
+    want = ("planner: TTFT 0.84 at the forecast's load, 0.99 at the load that came; "
+            "ITL 0.91 at the forecast's load, 0.97 at the load that came")
+    assert bias_lines(report) == [want]
+    buf = StringIO()
+    render_summary(report, Console(file=buf, width=300))
+    assert want in buf.getvalue()

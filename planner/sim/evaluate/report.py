@@ -85,7 +85,10 @@ def _postures_md(report: dict) -> list[str]:
             if out else [])
 
 
-def _bias_md(report: dict) -> list[str]:
+BIAS_TITLE = "Sizing model bias (realised / predicted latency at the SLA percentile, median over scored samples)"
+
+
+def bias_lines(report: dict) -> list[str]:
     """One line per policy with a sizing model: its bias at the forecast's load and at the load that came."""
     out = []
     for name, p in report["policies"].items():
@@ -96,9 +99,13 @@ def _bias_md(report: dict) -> list[str]:
                 parts.append(f"{signal.upper()} {both[0]['median']:.2f} at the forecast's load, "
                              f"{both[1]['median']:.2f} at the load that came")
         if parts:
-            out.append(f"- {name}: " + "; ".join(parts))
-    return (["", "Sizing model bias (realised / predicted latency at the SLA percentile, median over scored "
-                 "samples; calibration.png):", *out] if out else [])
+            out.append(f"{name}: " + "; ".join(parts))
+    return out
+
+
+def _bias_md(report: dict) -> list[str]:
+    lines = bias_lines(report)
+    return ["", f"{BIAS_TITLE}; calibration.png:", *(f"- {line}" for line in lines)] if lines else []
 
 
 def _policy_row(name: str, p: dict, off_h: float | None) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from planner.sim.evaluate.report import BIAS_TITLE, bias_lines
+
 
 def render_summary(report: dict, console: Console) -> None:
     ref = report.get("references", {})
@@ -27,6 +29,9 @@ def render_summary(report: dict, console: Console) -> None:
         table.add_row("[dim]lower bound[/]", "", "", "", "", "", f"{lb['gpu_hours']:.2f}",
                       f"{lb['gpu_hours'] / off_h:.2f}" if off_h else "-", "", "", "")
     console.print(table)
+    bias = bias_lines(report)
+    if bias:
+        console.print(f"{BIAS_TITLE}:\n" + "\n".join(f"  {line}" for line in bias), markup=False)
     checks = report.get("checks", {})
     if not checks.get("lower_bound_le_offline", True):
         console.print("[bold red]BROKEN YARDSTICK: the lower bound is above the offline schedule[/]")
