@@ -189,23 +189,27 @@ def _predicted(spec: DeciderSpec, dem: Demand, factors: Factors, pool: Pool,
 
 def latency_at_observed(spec: DeciderSpec, obs: Observation,
                         in_force: Decision | None) -> dict[Pool, tuple[float | None, float | None]]:
-    """Per pool, (TTFT, ITL) the model with ``in_force``'s calibration factors predicts for the pool's ready
-    replicas at the load the observation measured (its arrival rate, mean lengths and prompt-length mix): the
-    live twin of a replay's prediction at the load that came (planner/sim/evaluate/model_bias.py). Empty when
-    ``in_force`` did not size, or no rate or prompt length was measured; a pool without ready replicas is left
-    out."""
-    factors = Factors.of(in_force)
+    """``latency_of_ready`` at the load the observation measured (its arrival rate, mean lengths and prompt-length
+    mix) and its pools' ready replicas: the live twin of a replay's prediction at the load that came
+    (planner/sim/evaluate/model_bias.py). Empty when no rate or prompt length was measured."""
     load = observed_load(spec, obs)
-    if factors is None or load is None:
+    if load is None:
         return {}
-    mix = LengthMix.from_buckets(obs.pools[spec.mode.ttft_pool].isl_buckets) if spec.mode.ttft_pool in obs.pools \
-        else None
-    out = {}
-    for pool in spec.pools:
-        ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
-        if ready:
-            out[pool] = latency_at(spec, pool, load, ready, factors, mix)
-    return out
+    front = spec.mode.ttft_pool
+    mix = LengthMix.from_buckets(obs.pools[front].isl_buckets) if front in obs.pools else None
+    ready = {p: o.ready_replicas or 0 for p, o in obs.pools.items()}
+    return latency_of_ready(spec, load, mix, ready, in_force)
+
+
+def latency_of_ready(spec: DeciderSpec, load: Load, mix: LengthMix | None, ready: Mapping[str, int],
+                     in_force: Decision | None) -> dict[Pool, tuple[float | None, float | None]]:
+    """Per pool with ready replicas, (TTFT, ITL) the model with ``in_force``'s calibration factors predicts for
+    them serving ``load``; empty when ``in_force`` did not size (a hold records no factors)."""
+    factors = Factors.of(in_force)
+    if factors is None:
+        return {}
+    return {pool: latency_at(spec, pool, load, n, factors, mix)
+            for pool in spec.pools if (n := int(ready.get(pool, 0))) > 0}
 
 
 def latency_at(spec: DeciderSpec, pool: Pool, load: Load, replicas: int, factors: Factors,

@@ -20,9 +20,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from planner.decide.calibration import Factors
 from planner.decide.capacity import Load
-from planner.decide.decider import latency_at
+from planner.decide.decider import latency_of_ready
 from planner.decide.spec import DeciderSpec
 from planner.sim.cluster.metrics import prompt_buckets
 from planner.sim.traces.records import RequestTrace
@@ -53,18 +52,14 @@ def predicted_at_load(spec: DeciderSpec, in_force: Decision | None, ready: Mappi
     """Timeline columns ``<pool>.predicted_at_load_ms`` (and ``aggregated.predicted_itl_at_load_ms``): what the
     model with the decision's calibration factors predicts for the ready replicas at the window's own load; NaN
     without a decision that sized (a hold records no factors), ready replicas or arrivals."""
+    at = {} if arrived is None else latency_of_ready(spec, arrived[0], arrived[1],
+                                                      {p: int(n) for p, n in ready.items()}, in_force)
     out: dict[str, float] = {}
-    factors = Factors.of(in_force)
     for pool in spec.pools:
-        keys = (f"{pool}.predicted_at_load_ms", *(("aggregated.predicted_itl_at_load_ms",)
-                                                  if pool is Pool.AGGREGATED else ()))
-        n = int(ready.get(str(pool), 0.0))
-        if factors is None or arrived is None or n <= 0:
-            out.update(dict.fromkeys(keys, math.nan))
-            continue
-        ttft, itl = latency_at(spec, pool, arrived[0], n, factors, arrived[1])
-        values = {Pool.PREFILL: (ttft,), Pool.DECODE: (itl,)}.get(pool, (ttft, itl))
-        out.update({k: _finite(v) for k, v in zip(keys, values, strict=True)})
+        ttft, itl = at.get(pool, (None, None))
+        out[f"{pool}.predicted_at_load_ms"] = _finite(itl if pool is Pool.DECODE else ttft)
+        if pool is Pool.AGGREGATED:
+            out["aggregated.predicted_itl_at_load_ms"] = _finite(itl)
     return out
 
 

@@ -56,8 +56,6 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
     interval = float(controller.interval_s)
     next_tick = interval  # the initial sizes hold for the first interval
     next_sample = 0.0
-    spec = getattr(controller, "spec", None)
-    spec = spec if isinstance(spec, DeciderSpec) else None
     last_arrival = float(trace.arrival_s[-1]) if len(trace) else 0.0
     horizon = last_arrival + config.tail_s
     timeline: list[dict[str, float]] = []
@@ -84,12 +82,9 @@ def replay(trace: RequestTrace, profile: Profile, controller: Controller, config
         t = min(next_tick, next_sample, wake_s)
         cluster.run_until(t)
         if t == next_sample:
-            row = _sample(cluster, source, t, sample_s, decisions[-1] if decisions else None)
-            if spec is not None:  # a controller with the sizing model: ask it at the load that came too
-                ready = {str(p): row[f"{p}.ready"] for p in cluster.pools}
-                row.update(predicted_at_load(spec, decisions[-1] if decisions else None, ready,
-                                             window_load(trace, t, sample_s)))
-            timeline.append(row)
+            in_force = decisions[-1] if decisions else None
+            row = _sample(cluster, source, t, sample_s, in_force)
+            timeline.append(row | _at_load(getattr(controller, "spec", None), trace, t, sample_s, row, in_force))
             next_sample += sample_s
         if t == next_tick:
             tick(t)
@@ -138,6 +133,16 @@ def wake_at(cluster: Cluster, slept_at: float | None, signalled: float) -> float
     if cluster.next_arrival < cluster.log.count:
         return max(cluster.enter_s(cluster.next_arrival), signalled + WAKE_REPEAT_S)
     return math.inf
+
+
+def _at_load(spec: object, trace: RequestTrace, t: float, window_s: float, row: Mapping[str, float],
+             in_force: Decision | None) -> dict[str, float]:
+    """The sizing model's prediction for the sample's ready replicas (``row``'s ``<pool>.ready``) at the
+    window's own load; nothing without a model."""
+    if not isinstance(spec, DeciderSpec):
+        return {}
+    ready = {str(p): row[f"{p}.ready"] for p in spec.pools}
+    return predicted_at_load(spec, in_force, ready, window_load(trace, t, window_s))
 
 
 def _sample(cluster: Cluster, source: SimMetricSource, t: float, window_s: float,
