@@ -103,7 +103,8 @@ def _default_up() -> ScalingRules:
 def _default_down() -> ScalingRules:
     # 240 s, twice the default start-up lead: capacity given back sooner is needed again on bursty traffic
     # (Azure code's load is on/off from one minute to the next), and a longer window holds GPU-hours for
-    # nothing (README, "Headline benchmark": the shipped defaults, and "What the scale-down hedge costs").
+    # nothing (README, "Headline benchmark": the shipped defaults; docs/benchmark-studies.md, "What the
+    # scale-down hedge costs").
     return ScalingRules(stabilization_window_s=240, policies=[ScalingPolicy(type="pods", value=1, period_s=60)])
 
 
@@ -116,8 +117,8 @@ class Steady(_Strict):
 
     The hedge holds capacity after load falls because a causal forecast cannot see the next burst; it is
     needed where the load swings at the scale of a replica's start-up (Azure code: on/off from one minute to
-    the next) and costs GPU-hours where it does not (README, "Scale-down rules for steady traffic, and one
-    seed's luck"). Steady: over the last ``over_s`` of history, the coefficient of variation of the arrival
+    the next) and costs GPU-hours where it does not (docs/benchmark-studies.md, "Scale-down rules for steady traffic,
+    and one seed's luck"). Steady: over the last ``over_s`` of history, the coefficient of variation of the arrival
     rate, with the share that Poisson counting noise explains taken out (planner/forecast/burst.py), is at
     most ``max_rate_cv``. 0.3 lies between the suite's steady scenarios and Azure code, far from both, so the
     split does not hang on the exact value (the same README section; ``planner bench seeds`` prints the
@@ -139,8 +140,8 @@ class Behavior(_Strict):
     scale_down: ScalingRules = Field(default_factory=_default_down)
     # null (the default): always ``scale_down``. Otherwise ``steady.scale_down`` replaces it while the arrival
     # rate is steady. Off by default: on steady traffic it saves GPU-hours, but over several arrival seeds it
-    # falls below the SLA percentile in runs where the hedge does not (README, "Scale-down rules for steady
-    # traffic, and one seed's luck").
+    # falls below the SLA percentile in runs where the hedge does not (docs/benchmark-studies.md, "Scale-down rules for
+    # steady traffic, and one seed's luck").
     steady: Steady | None = Field(default_factory=Steady)
     # No pool is scaled down on a tick whose arrival rate rose by more than this share over the read before it
     # (and beyond counting noise; reason rate_rising). null: off. The hedge's window asks only that the

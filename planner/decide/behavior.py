@@ -40,8 +40,8 @@ FLAP_MIN_REPLICAS = 2
 # for HALF_AFTER_S: one replica is half its GPUs there, and a decode replica short raises the ITL while a prefill
 # replica short queues prompts. Where its KV memory set the size within KV_BOUND_MEMORY_S (reason kv_bound), a
 # replica short queues requests for memory as prefill queues prompts, and the guard holds as for any pool.
-# Measured (five seeds of the suite, 48 held-out ServeGen hours; README, "The flap guard on a decode pool of
-# two"): held for every pool, a chat-docs seed fell from 97.0 to 88.3 % on a decode pool KV-bound on some
+# Measured (five seeds of the suite, 48 held-out ServeGen hours; docs/benchmark-studies.md, "The flap guard
+# on a decode pool of two"): held for every pool, a chat-docs seed fell from 97.0 to 88.3 % on a decode pool KV-bound on some
 # ticks; given back at once (no quiet time), decode flapped 1 <-> 2 every minute and one ServeGen hour met a
 # +25 % step on one replica (98.6 -> 94.8 %); 240 s did the same, 480 s held it (98.6 %).
 KV_BOUND_MEMORY_S = 3600.0
@@ -54,8 +54,8 @@ HALF_AFTER_S = 480.0
 # changes an hour instead of 2). Decode keeps its rules above: one ServeGen hour lost 2.7 points when a decode
 # pool of two was released this early. The rate must also have read steady at every tick of the settling time:
 # Azure code's rate read steady for two ticks between bursts (cv 0.29 against 0.3) and the step met the next burst a
-# replica short (the fleet's code-large, seed 0: 95.89 -> 94.86 %). Measured: README, "The flap guard on a settled
-# prefill pool".
+# replica short (the fleet's code-large, seed 0: 95.89 -> 94.86 %). Measured: docs/benchmark-studies.md,
+# "The flap guard on a settled prefill pool".
 SETTLED_AFTER_S = 300.0
 # A window or period counts as over when at most this share of a tick remains: enough for the jitter of a
 # live tick (its start lands late by up to a few hundred ms), too little to release a whole tick early.

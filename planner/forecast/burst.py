@@ -7,8 +7,8 @@ nothing about how the load moves, so it is taken out before the coefficient of v
     cv = sqrt(max(0, var(rates) - mean(rates) / window_s)) / mean(rates)
 
 Over 10 minutes it sets the suite's steady scenarios far apart from Azure code, whose load is on/off from one
-minute to the next (README, "Scale-down rules for steady traffic, and one seed's luck", has the medians;
-``planner bench seeds`` prints them).
+minute to the next (docs/benchmark-studies.md, "Scale-down rules for steady traffic, and one seed's luck",
+has the medians; ``planner bench seeds`` prints them).
 
 A level shift counts in that spread too: a rate that steps up fourfold and stays there reads as bursty for most
 of the time the step is inside ``over_s`` (a 4x step half-way through: cv 0.6; above 0.3 for 8 of 10 minutes),
@@ -21,7 +21,7 @@ a trend or a step barely moves), with the counting noise of two overlapping wind
 (two rates read ``dt`` apart over ``window_s`` windows share all but ``min(dt, window_s)`` of their seconds, so
 their difference's counting variance is 2 r min(dt, window_s) / window_s^2). On/off load swings between readings
 and scores high either way (Azure code: 0.47 median against 0.79), a step scores once and is diluted within
-minutes (README, issue 27's levers: "Burstiness by its swing").
+minutes (docs/benchmark-studies.md, issue 27's levers: "Burstiness by its swing").
 
 ``rate_rise`` reads the other side of a burst: how far the latest reading rose over the one before it, where
 the rise is beyond what counting explains. The decision gives no capacity back on such a tick (behavior.rise_hold):
