@@ -121,11 +121,13 @@ def test_gpu_hours_count_starting_and_draining_replicas(big: Profile) -> None:
     finish = c.results()["finish_s"][0]
     assert finish > 70.0
     until = finish + 10.0
-    expected = (until * gp  # original prefill replica, alive throughout
-                + 2 * 10.0 * gp  # two prefill replicas starting 50..60
-                + 10.0 * gd  # one decode replica starting 50..60
-                + finish * gd)  # the draining decode replica until its request ends
-    assert c.gpu_seconds(until) == pytest.approx(expected, rel=1e-9)
+    prefill = (until * gp  # original prefill replica, alive throughout
+               + 2 * 10.0 * gp)  # two prefill replicas starting 50..60
+    decode = (10.0 * gd  # one decode replica starting 50..60
+              + finish * gd)  # the draining decode replica until its request ends
+    assert c.gpu_seconds(until) == pytest.approx(prefill + decode, rel=1e-9)
+    assert c.gpu_seconds(until, "prefill") == pytest.approx(prefill, rel=1e-9)
+    assert c.gpu_seconds(until, "decode") == pytest.approx(decode, rel=1e-9)
     assert c.gauges("decode")["draining"] == 0
 
 

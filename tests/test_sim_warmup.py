@@ -15,6 +15,7 @@ from planner.policy_file import parse_policy
 from planner.profile import load_profile
 from planner.sim.evaluate.backtest import run_backtest
 from planner.sim.evaluate.clairvoyant import PerfectForecast
+from planner.sim.evaluate.report import render_markdown
 from planner.sim.traces.records import RequestTrace
 from planner.sim.traces.synthetic import constant, step
 from planner.types import Forecast, LoadForecast, Pool
@@ -47,6 +48,15 @@ def test_warmup_scores_only_what_comes_after_it(pol, prof) -> None:  # noqa: ANN
     gpus = sum(n * g for n, g in zip(static["peak_replicas"].values(), (1, 2), strict=True))
     assert rep.gpu_hours == pytest.approx(gpus * (rep.end_s - warm) / 3600.0, rel=1e-9)
     assert static["gpu_hours"] == pytest.approx(rep.gpu_hours, abs=1e-4)
+    # Split by pool: each pool's replicas x GPUs over the same scored span, together the whole.
+    for pool, tp in zip(static["peak_replicas"], (1, 2), strict=True):
+        n = static["peak_replicas"][pool]
+        assert static["gpu_hours_by_pool"][pool] == pytest.approx(n * tp * (rep.end_s - warm) / 3600.0, abs=1e-4)
+    assert sum(static["gpu_hours_by_pool"].values()) == pytest.approx(static["gpu_hours"], abs=1e-3)
+    split = static["gpu_hours_by_pool"]
+    total = sum(split.values())
+    line = f"- static: prefill {split['prefill']:.2f} ({split['prefill'] / total:.0%}), decode {split['decode']:.2f}"
+    assert "GPU-hours by pool (scored window):" in render_markdown(res.report) and line in render_markdown(res.report)
     full = run_backtest(tr, prof, pol, baselines=["static", "oracle"], workers=1)
     assert full.report["policies"]["static"]["gpu_hours"] > static["gpu_hours"]
 

@@ -209,9 +209,10 @@ class Cluster:
         """GPUs held by replicas that drain: taken out of service, not yet free for another replica."""
         return self._fleet.draining_gpus()
 
-    def gpu_seconds(self, until_s: float) -> float:
-        """Sum of replicas x GPUs x time alive (starting and draining included) up to ``until_s``."""
-        return self._fleet.gpu_seconds(until_s)
+    def gpu_seconds(self, until_s: float, pool: str | None = None) -> float:
+        """Sum of replicas x GPUs x time alive (starting and draining included) up to ``until_s``; of one pool's
+        replicas where ``pool`` is given."""
+        return self._fleet.gpu_seconds(until_s, pool)
 
     def fail_unfinished(self) -> int:
         """End of the run: every request not finished counts as failed; returns how many were."""

@@ -230,6 +230,8 @@ class Fleet:
                 "gpus": sum(r.gpus for r in replicas), "queue": queue, "running": running,
                 "kv_usage": (kv_used / kv_cap) if kv_cap else math.nan}
 
-    def gpu_seconds(self, until_s: float) -> float:
-        """Sum of replicas x GPUs x time alive (starting and draining included) up to ``until_s``."""
-        return sum(max(0.0, min(r.gone_s, until_s) - min(r.created_s, until_s)) * r.gpus for r in self.history)
+    def gpu_seconds(self, until_s: float, pool: str | None = None) -> float:
+        """Sum of replicas x GPUs x time alive (starting and draining included) up to ``until_s``; of one pool's
+        replicas where ``pool`` is given."""
+        return sum(max(0.0, min(r.gone_s, until_s) - min(r.created_s, until_s)) * r.gpus for r in self.history
+                   if pool is None or r.pool == pool)

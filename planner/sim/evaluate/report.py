@@ -63,12 +63,34 @@ def render_markdown(report: dict) -> str:
     rows = [*report["policies"].items(), *((("offline schedule (reference)", off),) if off else ())]
     for name, p in rows:
         lines.append(_policy_row(name, p, off_h))
+    lines += _pools_md(report)
     lines += _postures_md(report)
     lines += _bias_md(report)
     lines += _references_md(report)
     lines += ["", "Plots: load.png, replicas.png, latency.png, calibration.png (the sizing model's bias). "
               "Per-interval records: timeline.csv.", ""]
     return "\n".join(lines)
+
+
+POOLS_TITLE = "GPU-hours by pool (scored window)"
+
+
+def pool_lines(report: dict) -> list[str]:
+    """One line per policy (and the offline schedule) whose replay ran more than one pool: its GPU-hours in each
+    and their share."""
+    off = report.get("references", {}).get("offline")
+    out = []
+    for name, p in [*report["policies"].items(), *((("offline schedule", off),) if off else ())]:
+        split = p.get("gpu_hours_by_pool") or {}
+        total = sum(split.values())
+        if len(split) > 1 and total > 0:
+            out.append(f"{name}: " + ", ".join(f"{pool} {h:.2f} ({h / total:.0%})" for pool, h in split.items()))
+    return out
+
+
+def _pools_md(report: dict) -> list[str]:
+    lines = pool_lines(report)
+    return ["", f"{POOLS_TITLE}:", *(f"- {line}" for line in lines)] if lines else []
 
 
 def _postures_md(report: dict) -> list[str]:

@@ -84,6 +84,9 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
         "itl_max_gap_ms": _pcts(np.where(ok, r["itl_max_s"] * 1e3, np.nan)),
         "e2e_ms": _pcts(np.where(ok, r["e2e_s"] * 1e3, np.nan)),
         "gpu_hours": round(rep.gpu_hours, 4),
+        # Where the GPU-hours went: prefill and decode are sized by different signals, and a policy's excess is
+        # usually in one of them.
+        "gpu_hours_by_pool": {p: round(h, 4) for p, h in rep.gpu_hours_by_pool.items()},
         "scale_events": events,
         "direction_changes_per_hour": round(direction_changes(targets) / hours, 3),
         "failed_requests": int(failed.sum()),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from planner.sim.evaluate.report import BIAS_TITLE, bias_lines
+from planner.sim.evaluate.report import BIAS_TITLE, POOLS_TITLE, bias_lines, pool_lines
 
 
 def render_summary(report: dict, console: Console) -> None:
@@ -29,6 +29,9 @@ def render_summary(report: dict, console: Console) -> None:
         table.add_row("[dim]lower bound[/]", "", "", "", "", "", f"{lb['gpu_hours']:.2f}",
                       f"{lb['gpu_hours'] / off_h:.2f}" if off_h else "-", "", "", "")
     console.print(table)
+    pools = pool_lines(report)
+    if pools:
+        console.print(f"{POOLS_TITLE}:\n" + "\n".join(f"  {line}" for line in pools), markup=False)
     bias = bias_lines(report)
     if bias:
         console.print(f"{BIAS_TITLE}:\n" + "\n".join(f"  {line}" for line in bias), markup=False)
