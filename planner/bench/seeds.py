@@ -3,8 +3,8 @@
 The suite's scenarios draw their arrival times (and, for the synthetic mixes, their lengths) from a seed;
 the headline runs seed 0. One replica more or less at the moment a rate step arrives moves a scenario's
 attainment by several points (docs/benchmark-studies.md, "What the scale-down hedge costs"), so a comparison
-of two policies on one seed can say more about that moment than about the policies. This replays the planner alone under
-each policy, on every scenario, for several seeds, and compares the policies pairwise on the same traces:
+of two policies on one seed can say more about that moment than about the policies. This replays the planner
+alone under each policy, on every scenario, for several seeds, and compares the policies pairwise on the same traces:
 attainment (mean, worst, runs below the SLA percentile) and GPU-hours (mean, and the per-seed ratio to the
 first policy). No baselines, no offline search: a run is seconds, the whole study a minute or two.
 """

@@ -41,8 +41,8 @@ FLAP_MIN_REPLICAS = 2
 # replica short queues prompts. Where its KV memory set the size within KV_BOUND_MEMORY_S (reason kv_bound), a
 # replica short queues requests for memory as prefill queues prompts, and the guard holds as for any pool.
 # Measured (five seeds of the suite, 48 held-out ServeGen hours; docs/benchmark-studies.md, "The flap guard
-# on a decode pool of two"): held for every pool, a chat-docs seed fell from 97.0 to 88.3 % on a decode pool KV-bound on some
-# ticks; given back at once (no quiet time), decode flapped 1 <-> 2 every minute and one ServeGen hour met a
+# on a decode pool of two"): held for every pool, a chat-docs seed fell from 97.0 to 88.3 % on a decode pool
+# KV-bound on some ticks; given back at once (no quiet time), decode flapped 1 <-> 2 every minute and one ServeGen hour met a
 # +25 % step on one replica (98.6 -> 94.8 %); 240 s did the same, 480 s held it (98.6 %).
 KV_BOUND_MEMORY_S = 3600.0
 HALF_AFTER_S = 480.0

@@ -114,11 +114,10 @@ def finished_replay(name: str, cluster: Cluster, actuator: SimActuator, timeline
     last_arrival = float(trace.arrival_s[-1]) if len(trace) else 0.0
     end_s = max(last_arrival, float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0)
     start_s = min(score_from_s, end_s)
-    gpu_s = cluster.gpu_seconds(end_s) - cluster.gpu_seconds(start_s)
     by_pool = {str(p): (cluster.gpu_seconds(end_s, p) - cluster.gpu_seconds(start_s, p)) / 3600.0
                for p in cluster.pools}
-    return Replay(name, res, timeline, gpu_s / 3600.0, end_s, actuator.changes, targets, cluster.failed_count,
-                  decisions, score_from_s, by_pool)
+    return Replay(name, res, timeline, sum(by_pool.values()), end_s, actuator.changes, targets,
+                  cluster.failed_count, decisions, score_from_s, by_pool)
 
 
 _UNREAD = NoData(NoDataReason.EMPTY, "not read: the controller follows a schedule", 0.0)

@@ -63,9 +63,9 @@ def render_markdown(report: dict) -> str:
     rows = [*report["policies"].items(), *((("offline schedule (reference)", off),) if off else ())]
     for name, p in rows:
         lines.append(_policy_row(name, p, off_h))
-    lines += _pools_md(report)
+    lines += _section_md(POOLS_TITLE, pool_lines(report))
     lines += _postures_md(report)
-    lines += _bias_md(report)
+    lines += _section_md(f"{BIAS_TITLE}; calibration.png", bias_lines(report))
     lines += _references_md(report)
     lines += ["", "Plots: load.png, replicas.png, latency.png, calibration.png (the sizing model's bias). "
               "Per-interval records: timeline.csv.", ""]
@@ -88,9 +88,9 @@ def pool_lines(report: dict) -> list[str]:
     return out
 
 
-def _pools_md(report: dict) -> list[str]:
-    lines = pool_lines(report)
-    return ["", f"{POOLS_TITLE}:", *(f"- {line}" for line in lines)] if lines else []
+def _section_md(title: str, lines: list[str]) -> list[str]:
+    """A titled list for report.md; nothing when there is nothing to list."""
+    return ["", f"{title}:", *(f"- {line}" for line in lines)] if lines else []
 
 
 def _postures_md(report: dict) -> list[str]:
@@ -123,11 +123,6 @@ def bias_lines(report: dict) -> list[str]:
         if parts:
             out.append(f"{name}: " + "; ".join(parts))
     return out
-
-
-def _bias_md(report: dict) -> list[str]:
-    lines = bias_lines(report)
-    return ["", f"{BIAS_TITLE}; calibration.png:", *(f"- {line}" for line in lines)] if lines else []
 
 
 def _policy_row(name: str, p: dict, off_h: float | None) -> str:
