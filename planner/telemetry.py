@@ -73,6 +73,9 @@ class PlannerMetrics:
                                        "sized at: sla.lean_quantile while the error budget is healthy, "
                                        "sla.recover_quantile once it is (nearly) spent, forecast.quantile otherwise.",
                                        ["policy"], registry=r)
+        self.sizing_percentile = Gauge("planner_sizing_percentile", "The latency percentile (0..1) the pools were "
+                                       "sized at: the SLA's, or a stricter one while its error budget is spent "
+                                       "(sla.recover_miss_share of its allowed misses).", ["policy"], registry=r)
         self.sla_budget_remaining = Gauge("planner_sla_budget_remaining", "Share of the SLA window's allowed "
                                           "misses left (1: none spent; below 0: overspent); with "
                                           "sla.budget_control.", ["policy"], registry=r)
@@ -228,6 +231,8 @@ def record_decision(metrics: PlannerMetrics, policy: str, decision: Decision,
                  float(value))
     headroom = decision.detail.get("headroom_quantile")
     _set(metrics.headroom_quantile, {"policy": policy}, float(headroom) if isinstance(headroom, int | float) else None)
+    pct = decision.detail.get("sizing_percentile")
+    _set(metrics.sizing_percentile, {"policy": policy}, float(pct) if isinstance(pct, int | float) else None)
     if forecast is not None:
         record_forecast(metrics, policy, forecast)
     if observation is not None:

@@ -317,6 +317,9 @@ class Reason(StrEnum):
     # No error budget measured yet (a start, a what-if, too few requests in the window, the short window not yet
     # covered): sized at forecast.quantile with the hedge, as while it burns (unknown is never read as healthy).
     BUDGET_UNMEASURED = "budget_unmeasured"
+    # The window's budget is spent or nearly (sla.recover_below), on any load: the pools sized at a stricter latency
+    # percentile than the SLA's, sla.recover_miss_share of its allowed misses (p97.5 for p95 at 0.5).
+    BUDGET_TIGHTENED = "budget_tightened"
     FLEET_PRIORITY = "fleet_priority"  # the fleet's budget went to a higher-priority policy first
     FLEET_SHARE = "fleet_share"  # the fleet's budget was shared with policies of equal priority
     FLEET_WAKE = "fleet_wake"  # the fleet's budget went first to a lower priority's wake (requests held for it)

@@ -234,7 +234,8 @@ def test_hedge_yaml_is_the_example_without_spending_the_budget() -> None:
     assert hedge["behavior"]["steady"] is None and example["behavior"]["steady"]["max_rate_cv"] == 0.3
     for data in (example, hedge):
         data.pop("name")
-        for key in ("budget_control", "lean_quantile", "recover_quantile", "recover_below", "recover_hold_s"):
+        for key in ("budget_control", "lean_quantile", "recover_quantile", "recover_below", "recover_hold_s",
+                    "recover_miss_share"):
             data["sla"].pop(key, None)
         data["forecast"].pop("quantile")
         data["behavior"].pop("steady")

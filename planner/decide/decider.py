@@ -16,8 +16,10 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
   2. Calibration (decide/calibration.py): observed vs predicted TTFT/ITL at the observed load and size
      updates a bounded factor (both directions) that multiplies the predictions of stage 3 and decays with
      ``half_life_s``.
-  3. Size each pool (decide/size.py): prefill, the smallest pool whose TTFT percentile (M/G/c wait + prefill
-     compute + KV transfer over ``kv_link`` + first decode step) meets ``sla.ttft_ms``; decode, the largest
+  3. Size each pool (decide/size.py) at the SLA's percentile, or a stricter one while the error budget is spent
+     and the window can still be brought back (``sla.recover_miss_share``; reason budget_tightened): prefill, the
+     smallest pool whose TTFT percentile (M/G/c wait + prefill compute + KV transfer over ``kv_link`` + first
+     decode step) meets ``sla.ttft_ms``; decode, the largest
      batch whose ITL at the forecast context meets ``sla.itl_ms`` and whose KV fits, and replicas from
      Little's concurrency plus its Poisson spread at the percentile, the sequences decode runs now beyond
      that batch on its ready replicas drained as a backlog over the horizon (reason decode_over_batch: the
@@ -244,6 +246,7 @@ def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Poo
         "ttft_factor": factors.ttft, "itl_factor": factors.itl,
         "ttft_unservable_share": sized[spec.mode.ttft_pool].unservable_share,
         "scale_down_rules": "steady" if spec.policy.behavior.is_steady(rate_cv) else "hedge",
+        "sizing_percentile": spec.model.percentile if dem.percentile is None else dem.percentile,
     }
     if dem.quantile is not None:
         detail = {**detail, "headroom_quantile": dem.quantile}

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from planner.decide.capacity import Load
-from planner.decide.error_budget import headroom_quantile
+from planner.decide.error_budget import headroom_quantile, sizing_percentile
 from planner.decide.spec import DeciderSpec
 from planner.types import (
     Forecast,
@@ -52,6 +52,7 @@ class Demand:
     # The decode pool's sequences running now and its ready replicas (what size.py holds against the batch the
     # ITL target allows: the excess is a backlog); (0, 0): not observed.
     decode_held: tuple[float, int] = (0.0, 0)
+    percentile: float | None = None  # the latency percentile to size at (None: the SLA's)
 
     def for_pool(self, pool: Pool) -> Load:
         return {Pool.PREFILL: self.prefill, Pool.DECODE: self.decode}.get(pool, self.load)
@@ -167,7 +168,10 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     if spec.policy.mode is Mode.DISAGGREGATED and not zero:
         p_load = _with_backlog(p_load, _queue(obs, Pool.PREFILL), spec.horizon_s)
         d_load = _with_backlog(d_load, _queue(obs, Pool.DECODE), spec.horizon_s)
-    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q, _held(spec, obs))
+    pct = sizing_percentile(spec.policy, forecast.sla_budget if forecast is not None else None)
+    if pct is not None:
+        reasons.append(Reason.BUDGET_TIGHTENED)
+    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q, _held(spec, obs), pct)
 
 
 def observed_load(spec: DeciderSpec, obs: Observation) -> Load | None:

@@ -4,7 +4,8 @@ Prefill: the smallest pool whose TTFT percentile (queueing + compute + KV transf
 meets the target; decode: the smallest pool whose batch at the percentile's concurrency meets the ITL target
 and fits the KV cache, the sequences it runs now beyond what its ready replicas hold at that batch counted as
 a backlog (reason decode_over_batch; capacity.held_over_target says why); aggregated: one pool against both
-(planner/decide/capacity.py has the models).
+(planner/decide/capacity.py has the models). The percentile is the SLA's, or the stricter one the demand carries
+while the error budget recovers (decide/error_budget.py ``sizing_percentile``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from planner.types import Mode, Pool
 
 
 def size_pools(spec: DeciderSpec, demand: Demand, factors: Factors) -> dict[Pool, Sizing]:
+    model = spec.model if demand.percentile is None else spec.model.at_percentile(demand.percentile)
     if spec.mode is Mode.AGGREGATED:
-        return {Pool.AGGREGATED: size_aggregated(spec.model, demand.load, factors.ttft, factors.itl,
+        return {Pool.AGGREGATED: size_aggregated(model, demand.load, factors.ttft, factors.itl,
                                                  mix=demand.isl_mix)}
-    return {Pool.PREFILL: size_prefill(spec.model, demand.prefill, factors.ttft, mix=demand.isl_mix),
-            Pool.DECODE: size_decode(spec.model, demand.decode, factors.itl, mix=demand.isl_mix,
+    return {Pool.PREFILL: size_prefill(model, demand.prefill, factors.ttft, mix=demand.isl_mix),
+            Pool.DECODE: size_decode(model, demand.decode, factors.itl, mix=demand.isl_mix,
                                      held=(*demand.decode_held, spec.horizon_s))}

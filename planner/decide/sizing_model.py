@@ -89,6 +89,17 @@ class SizingModel:
                    float(profile.model.kv_bytes_per_token), gbps_to_bytes_per_s(policy.kv_link.gbps),
                    policy.sla.ttft_ms, policy.sla.itl_ms, p)
 
+    def at_percentile(self, percentile: float) -> SizingModel:
+        """The same model sizing for another percentile (0..1); the lookup tables are shared."""
+        if percentile == self.percentile:
+            return self
+        other = object.__new__(SizingModel)
+        for name in self.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.percentile = percentile
+        other.z = NormalDist().inv_cdf(percentile)
+        return other
+
     def _engine_id(self, engine: EngineModel) -> int:
         return 1 if engine is self.aggregated else 0
 
