@@ -17,9 +17,9 @@ built once from the policy and the profile (``DeciderSpec.build``). The decision
      updates a bounded factor (both directions) that multiplies the predictions of stage 3 and decays with
      ``half_life_s``.
   3. Size each pool (decide/size.py) at the SLA's percentile, or a stricter one while the error budget is spent
-     and the window can still be brought back (``sla.recover_miss_share``; reason budget_tightened): prefill, the
-     smallest pool whose TTFT percentile (M/G/c wait + prefill compute + KV transfer over ``kv_link`` + first
-     decode step) meets ``sla.ttft_ms``; decode, the largest
+     and the window can still be brought back (``sla.recover_miss_share`` below 1; reason budget_tightened):
+     prefill, the smallest pool whose TTFT percentile (M/G/c wait + prefill compute + KV transfer over
+     ``kv_link`` + first decode step) meets ``sla.ttft_ms``; decode, the largest
      batch whose ITL at the forecast context meets ``sla.itl_ms`` and whose KV fits, and replicas from
      Little's concurrency plus its Poisson spread at the percentile, the sequences decode runs now beyond
      that batch on its ready replicas drained as a backlog over the horizon (reason decode_over_batch: the

@@ -11,9 +11,10 @@ window's budget is spent or nearly (remaining <= ``sla.recover_below``, 0.1: its
 plus a tenth of the allowed misses) on bursty load, it sizes at ``sla.recover_quantile`` (never below
 ``forecast.quantile``) until the attainment is back above that: the conservative headroom is what let it fall
 there, so holding it would end the window below the SLA. (``decide/behavior.py`` then holds capacity through
-lulls for ``sla.recover_hold_s``.) On any load, steady or bursty, a spent budget also sizes each interval at a
-stricter latency percentile (``sizing_percentile``): ``sla.recover_miss_share`` of the SLA's allowed misses, p97.5
-for a p95 SLA at 0.5, while that can still bring the window back. More forecast headroom does not buy attainment
+lulls for ``sla.recover_hold_s``.) With ``sla.recover_miss_share`` below 1 (off by default; 0.5 for a promise at
+p90 or p99), a spent budget on any load, steady or bursty, also sizes each interval at a stricter latency
+percentile (``sizing_percentile``): that share of the SLA's allowed misses, p97.5 for a p95 SLA at 0.5, while that
+can still bring the window back. More forecast headroom does not buy attainment
 back on steady load (the forecast already covers it), but a window sized at p itself realises about p per
 interval and can never climb back above p; the stricter percentile can.
 
