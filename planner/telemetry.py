@@ -69,6 +69,23 @@ class PlannerMetrics:
                                    "sizes.", pp, registry=r)
         self.calibration_factor = Gauge("planner_calibration_factor", "Observed/predicted correction "
                                         "applied to the profile.", ["policy", "factor"], registry=r)
+        self.model_bias = Gauge("planner_model_bias", "Realised latency at the SLA percentile over the latency "
+                                "the sizing model predicted for the sizes in force (1: it spends what it sizes "
+                                "for; 0.5: it delivers half the target); signal is ttft or itl.",
+                                ["policy", "signal"], registry=r)
+        self.model_bias_at_load = Gauge("planner_model_bias_at_load", "Realised latency at the SLA percentile "
+                                        "over what the sizing model (its calibration in force) predicts for the "
+                                        "ready replicas at the load the window measured: the model's own error, "
+                                        "the forecast's headroom left out; signal is ttft or itl.",
+                                        ["policy", "signal"], registry=r)
+        self.last_decision_reason = Gauge("planner_last_decision_reason", "1 for each reason of the last "
+                                          "decision, 0 for the others.", ["policy", "reason"], registry=r)
+        self.decisions = Counter("planner_decisions", "Decisions by reason.", ["policy", "reason"], registry=r)
+        self._define_budget(r)
+        self._define_health(r, pp)
+
+    def _define_budget(self, r: CollectorRegistry) -> None:
+        """The error budget's gauges and the headroom and percentile it picks."""
         self.headroom_quantile = Gauge("planner_headroom_quantile", "The forecast quantile the pools were "
                                        "sized at: sla.lean_quantile while the error budget is healthy, "
                                        "sla.recover_quantile once it is (nearly) spent, forecast.quantile otherwise.",
@@ -84,19 +101,6 @@ class PlannerMetrics:
                                    "(5 min) or long (1 h).", ["policy", "window"], registry=r)
         self.sla_attainment = Gauge("planner_sla_attainment", "Share of requests that met the SLA over "
                                     "sla.window_s, as the controller measured it.", ["policy"], registry=r)
-        self.model_bias = Gauge("planner_model_bias", "Realised latency at the SLA percentile over the latency "
-                                "the sizing model predicted for the sizes in force (1: it spends what it sizes "
-                                "for; 0.5: it delivers half the target); signal is ttft or itl.",
-                                ["policy", "signal"], registry=r)
-        self.model_bias_at_load = Gauge("planner_model_bias_at_load", "Realised latency at the SLA percentile "
-                                        "over what the sizing model (its calibration in force) predicts for the "
-                                        "ready replicas at the load the window measured: the model's own error, "
-                                        "the forecast's headroom left out; signal is ttft or itl.",
-                                        ["policy", "signal"], registry=r)
-        self.last_decision_reason = Gauge("planner_last_decision_reason", "1 for each reason of the last "
-                                          "decision, 0 for the others.", ["policy", "reason"], registry=r)
-        self.decisions = Counter("planner_decisions", "Decisions by reason.", ["policy", "reason"], registry=r)
-        self._define_health(r, pp)
 
     def _define_health(self, r: CollectorRegistry, pp: list[str]) -> None:
         """The controller's own health: signals, ticks, errors, leadership, engines, the SLA, conflicts."""
