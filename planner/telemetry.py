@@ -90,6 +90,9 @@ class PlannerMetrics:
                                        "sized at: sla.lean_quantile while the error budget is healthy, "
                                        "sla.recover_quantile once it is (nearly) spent, forecast.quantile otherwise.",
                                        ["policy"], registry=r)
+        self.decode_quantile = Gauge("planner_decode_quantile", "The forecast quantile the decode pool was sized "
+                                     "at: forecast.quantile while the others lean (unless sla.lean_decode), the "
+                                     "headroom's otherwise.", ["policy"], registry=r)
         self.sizing_percentile = Gauge("planner_sizing_percentile", "The latency percentile (0..1) the pools were "
                                        "sized at: the SLA's, or a stricter one while its error budget is spent "
                                        "(sla.recover_miss_share of its allowed misses).", ["policy"], registry=r)
@@ -235,6 +238,8 @@ def record_decision(metrics: PlannerMetrics, policy: str, decision: Decision,
                  float(value))
     headroom = decision.detail.get("headroom_quantile")
     _set(metrics.headroom_quantile, {"policy": policy}, float(headroom) if isinstance(headroom, int | float) else None)
+    decode_q = decision.detail.get("decode_quantile")
+    _set(metrics.decode_quantile, {"policy": policy}, float(decode_q) if isinstance(decode_q, int | float) else None)
     pct = decision.detail.get("sizing_percentile")
     _set(metrics.sizing_percentile, {"policy": policy}, float(pct) if isinstance(pct, int | float) else None)
     if forecast is not None:

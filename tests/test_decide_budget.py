@@ -218,6 +218,43 @@ def test_a_healthy_budget_sizes_leaner_and_a_burning_one_as_the_policy_always_di
     assert not {Reason.BUDGET_LEAN, Reason.BUDGET_BURNING, Reason.BUDGET_UNMEASURED} & set(shipped.reasons)
 
 
+def _prompts(rate: float, budget: SlaBudget | None, isl: float) -> LoadForecast:
+    flat = Forecast(isl, {q: isl for q in QUANTILES}, 150.0, "test")
+    return LoadForecast(spread(rate), flat, forecast(rate, budget).osl_tokens, sla_budget=budget)
+
+
+@pytest.mark.parametrize("isl", [1155.0, 8000.0, 30000.0], ids=["itl-sized", "kv-sized", "long-prompts"])
+def test_decode_stays_at_the_conservative_quantile_while_prefill_leans(isl: float) -> None:
+    # A decode pool short of KV is a cliff (config.py, sla.lean_decode): with the budget healthy prefill leans
+    # and decode is sized as a burning budget sizes it (reason decode_guarded); sla.lean_decode leans both.
+    on, both = free_policy(sla={"budget_control": True}), free_policy(sla={"budget_control": True, "lean_decode": True})
+    obs = observation(0.0, 40.0, ready={"prefill": 8, "decode": 3}, isl=isl)
+    lean, _ = decide(spec(on), obs, _prompts(40.0, HEALTHY, isl), None, 0.0)
+    lean_both, _ = decide(spec(both), obs, _prompts(40.0, HEALTHY, isl), None, 0.0)
+    burning, _ = decide(spec(on), obs, _prompts(40.0, replace(HEALTHY, burn_short=5.0), isl), None, 0.0)
+    assert lean.pools["prefill"].replicas == lean_both.pools["prefill"].replicas < burning.pools["prefill"].replicas
+    assert lean.pools["decode"].replicas == burning.pools["decode"].replicas >= lean_both.pools["decode"].replicas
+    assert lean.pools["decode"].predicted_itl_ms == pytest.approx(burning.pools["decode"].predicted_itl_ms)
+    assert (lean.detail["headroom_quantile"], lean.detail["decode_quantile"]) == (0.5, 0.8)
+    assert lean_both.detail["decode_quantile"] == 0.5
+    # Each pool says why: prefill leans, decode is guarded; with lean_decode both lean.
+    assert Reason.BUDGET_LEAN in lean.pools["prefill"].reasons
+    assert Reason.DECODE_GUARDED in lean.pools["decode"].reasons
+    assert Reason.BUDGET_LEAN not in lean.pools["decode"].reasons
+    assert Reason.BUDGET_LEAN in lean_both.pools["decode"].reasons
+    assert Reason.DECODE_GUARDED not in set(lean_both.reasons) | set(burning.reasons)
+
+
+def test_leaning_decode_costs_fewer_replicas_where_its_kv_binds() -> None:
+    # Why the switch is there at all: on long prompts (KV-bound), the guarded decode pool is larger.
+    both = free_policy(sla={"budget_control": True, "lean_decode": True})
+    obs = observation(0.0, 40.0, ready={"prefill": 8, "decode": 3}, isl=30000.0)
+    guarded, _ = decide(spec(free_policy(sla={"budget_control": True})), obs, _prompts(40.0, HEALTHY, 30000.0), None, 0.0)
+    lean_both, _ = decide(spec(both), obs, _prompts(40.0, HEALTHY, 30000.0), None, 0.0)
+    assert Reason.KV_BOUND in lean_both.pools["decode"].reasons
+    assert guarded.pools["decode"].replicas > lean_both.pools["decode"].replicas
+
+
 def test_lean_above_the_conservative_quantile_names_the_key() -> None:
     with pytest.raises(UserError, match=r"sla\.lean_quantile 0\.9 must be <= forecast\.quantile 0\.8 "):
         free_policy(sla={"budget_control": True, "lean_quantile": 0.9})
@@ -234,8 +271,8 @@ def test_hedge_yaml_is_the_example_without_spending_the_budget() -> None:
     assert hedge["behavior"]["steady"] is None and example["behavior"]["steady"]["max_rate_cv"] == 0.3
     for data in (example, hedge):
         data.pop("name")
-        for key in ("budget_control", "lean_quantile", "recover_quantile", "recover_below", "recover_hold_s",
-                    "recover_miss_share"):
+        for key in ("budget_control", "lean_quantile", "lean_decode", "recover_quantile", "recover_below",
+                    "recover_hold_s", "recover_miss_share"):
             data["sla"].pop(key, None)
         data["forecast"].pop("quantile")
         data["behavior"].pop("steady")

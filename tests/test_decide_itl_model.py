@@ -26,13 +26,11 @@ from planner.decide.capacity import (
     size_decode,
 )
 from planner.decide.state import PlannerState
-from planner.sim.evaluate.backtest import sim_setup
-from planner.sim.evaluate.baselines.static import StaticController
-from planner.sim.evaluate.replay import replay
 from planner.sim.traces.records import LengthDist, RequestTrace
 from planner.sim.traces.synthetic import from_rate_fn
 from planner.types import Observation
 from tests.support.decide_support import PROFILE, free_policy, pool_obs, spec
+from tests.support.itl_support import realised_itl_ms
 
 SPEC = spec(free_policy())
 MODEL = SPEC.model
@@ -79,13 +77,8 @@ def _steady_trace(rate_rps: float, duration_s: float) -> RequestTrace:
 def test_the_predicted_itl_percentile_is_what_the_simulator_realises(rate: float, replicas: int) -> None:
     """Poisson chat at a fixed decode pool (prefill ample): the model's ITL at the SLA percentile within 10 %
     of the simulator's token-weighted p95 over 60 s windows (median over 15 minutes)."""
-    policy = free_policy()
     trace = _steady_trace(rate, 1200.0)
-    ctx, config = sim_setup(trace, PROFILE, policy, warmup_s=300.0)
-    targets = {"prefill": 40, "decode": replicas}
-    rep = replay(trace, PROFILE, StaticController(policy, PROFILE, targets), config, targets, window_s=60.0,
-                 score_from_s=300.0)
-    realised = float(np.nanmedian([r["itl_ms_at_sla"] for r in rep.timeline if r["t_s"] >= 360.0]))
+    realised = realised_itl_ms(trace, PROFILE, free_policy(), 40, replicas)
     load = Load(rate, float(trace.isl.mean()), float(trace.osl.mean()))
     predicted = decode_itl_ms(MODEL, load, replicas)
     assert realised / predicted == pytest.approx(1.0, abs=0.1), (realised, predicted)

@@ -97,7 +97,7 @@ def test_budget_headroom_and_the_live_model_bias() -> None:
 
     m = PlannerMetrics()
     budget = SlaBudget(remaining=0.6, burn_short=1.5, burn_long=0.4, attainment=0.98, requests=9000.0)
-    lean = replace(decision(), detail={"headroom_quantile": 0.5, "sizing_percentile": 0.975})
+    lean = replace(decision(), detail={"headroom_quantile": 0.5, "decode_quantile": 0.8, "sizing_percentile": 0.975})
     realised = Observation(30.0, 60.0, {
         "prefill": PoolObservation(30, 0.5, ttft_ms_at_sla=300.0, ready_replicas=2),
         "decode": PoolObservation(30, 0.5, itl_ms_at_sla=15.0, ready_replicas=3)})
@@ -106,6 +106,7 @@ def test_budget_headroom_and_the_live_model_bias() -> None:
     assert sample(m, "planner_model_bias", policy="pol", signal="ttft") == pytest.approx(300 / 400)
     assert sample(m, "planner_model_bias", policy="pol", signal="itl") == pytest.approx(15 / 20)
     assert sample(m, "planner_headroom_quantile", policy="pol") == 0.5
+    assert sample(m, "planner_decode_quantile", policy="pol") == 0.8
     assert sample(m, "planner_sizing_percentile", policy="pol") == 0.975
     assert sample(m, "planner_sla_budget_remaining", policy="pol") == 0.6
     assert sample(m, "planner_sla_burn_rate", policy="pol", window="short") == 1.5
@@ -113,7 +114,8 @@ def test_budget_headroom_and_the_live_model_bias() -> None:
     # Unknown budget, no decision in force, no headroom in the detail: no series, never a made-up zero.
     record_decision(m, "pol", decision(), forecast(), realised)
     for name, labels in (("planner_sla_budget_remaining", {}), ("planner_sla_burn_rate", {"window": "long"}),
-                         ("planner_headroom_quantile", {}), ("planner_sizing_percentile", {})):
+                         ("planner_headroom_quantile", {}), ("planner_decode_quantile", {}),
+                         ("planner_sizing_percentile", {})):
         assert sample(m, name, policy="pol", **labels) is None, name
     assert sample(m, "planner_model_bias", policy="pol", signal="ttft") == pytest.approx(0.75)  # kept: not re-read
 

@@ -104,10 +104,12 @@ def _error_budget() -> Row:
               min_value=None, description="Share of requests within both targets over sla.window_s (from the "
                                           "engines' histograms; an estimate, see docs/deploy.md)."),
         Panel("Headroom in force", (Query(sel(M.headroom_quantile), "forecast quantile {{policy}}"),
+                                    Query(sel(M.decode_quantile), "decode's forecast quantile {{policy}}"),
                                     Query(sel(M.sizing_percentile), "latency percentile {{policy}}")),
               width=4, unit="short",
-              description="The forecast quantile the pools are sized at, and the latency percentile they are "
-                          "sized for (the SLA's; stricter while its error budget is spent)."),
+              description="The forecast quantile the pools are sized at (decode's: forecast.quantile while "
+                          "prefill leans), and the latency percentile they are sized for (the SLA's; stricter "
+                          "while its error budget is spent)."),
         Panel("Sizing model bias", (Query(sel(M.model_bias), "{{signal}} {{policy}} at the forecast's load"),
                                     Query(sel(M.model_bias_at_load), "{{signal}} {{policy}} at the load that came")),
               width=6, unit="short",

@@ -17,7 +17,9 @@ from planner.config import Calibration
 from planner.decide.capacity import (
     Load,
     aggregated_latency_ms,
+    context_spread,
     percentile_batch,
+    percentile_context,
     prefill_ttft_mean_ms,
     prefill_ttft_ms,
 )
@@ -166,6 +168,13 @@ def _learn_itl(spec: DeciderSpec, obs: Observation, isl: float | None, osl: floa
         # percentile's batch (the pool's concurrency is Poisson: running + z sqrt(running), as the sizing
         # assumes). Comparing the percentile with the mean batch's step read the batch's own fluctuation as a
         # model error (factor ~1.2) that the sizing then counted a second time.
-        at = batch if by_mean else percentile_batch(spec.model, do.running, ready)
-        predicted = spec.model.engine.decode.itl_ms(at, isl + osl / 2.0).value
+        # The percentile's step is also at the percentile's context (capacity.percentile_context): the window's
+        # own prompt mix sets how far the batch's total context strays from the mean.
+        if by_mean:
+            at, ctx = batch, isl + osl / 2.0
+        else:
+            at = percentile_batch(spec.model, do.running, ready)
+            load = Load(do.rate_rps, isl, osl)
+            ctx = percentile_context(spec.model, load, at, context_spread(load, LengthMix.from_buckets(do.isl_buckets)))
+        predicted = spec.model.engine.decode.itl_ms(at, ctx).value
     return update(state.factor("itl"), finite(observed), predicted, now_s, spec.policy.calibration)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from planner.config import Policy
 from planner.decide.capacity import Load
 from planner.decide.error_budget import headroom_quantile, sizing_percentile
 from planner.decide.spec import DeciderSpec
@@ -53,6 +54,7 @@ class Demand:
     # ITL target allows: the excess is a backlog); (0, 0): not observed.
     decode_held: tuple[float, int] = (0.0, 0)
     percentile: float | None = None  # the latency percentile to size at (None: the SLA's)
+    decode_quantile: float | None = None  # the forecast quantile the decode pool is sized at (decode_quantile())
 
     def for_pool(self, pool: Pool) -> Load:
         return {Pool.PREFILL: self.prefill, Pool.DECODE: self.decode}.get(pool, self.load)
@@ -162,16 +164,27 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     zero = rate == 0 and measured_zero
     load = Load(rate, lengths[0], lengths[1])
     p_load = d_load = load
+    q_decode = decode_quantile(spec.policy, q, headroom)
     if forecast is not None and forecast.rate_rps.ok and rate > 0:
         p_load = replace(load, rate_rps=_work_rate(forecast.prefill_tokens_per_s, q, lengths[0], rate))
-        d_load = replace(load, rate_rps=_work_rate(forecast.decode_tokens_per_s, q, lengths[1], rate))
+        rate_d = rate if q_decode == q else _capped(max(0.0, finite(forecast.rate_rps.at(q_decode)) or rate), forecast)
+        d_load = replace(load, rate_rps=_work_rate(forecast.decode_tokens_per_s, q_decode, lengths[1], rate_d))
     if spec.policy.mode is Mode.DISAGGREGATED and not zero:
         p_load = _with_backlog(p_load, _queue(obs, Pool.PREFILL), spec.horizon_s)
         d_load = _with_backlog(d_load, _queue(obs, Pool.DECODE), spec.horizon_s)
     pct = sizing_percentile(spec.policy, forecast.sla_budget if forecast is not None else None)
     if pct is not None:
         reasons.append(Reason.BUDGET_TIGHTENED)
-    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q, _held(spec, obs), pct)
+    return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q, _held(spec, obs), pct,
+                  q_decode)
+
+
+def decode_quantile(policy: Policy, q: float, headroom: Reason | None) -> float:
+    """The forecast quantile the decode pool is sized at: the headroom's, but ``forecast.quantile`` while the
+    rest leans unless ``sla.lean_decode`` (config.py says why; reason decode_guarded)."""
+    if headroom is Reason.BUDGET_LEAN and not policy.sla.lean_decode:
+        return max(q, policy.forecast.quantile)
+    return q
 
 
 def observed_load(spec: DeciderSpec, obs: Observation) -> Load | None:
