@@ -52,13 +52,13 @@ class SLA(_Strict):
     window_s: float = Field(3600.0, ge=600.0, le=30 * 86400.0)
     budget_control: bool = True
     lean_quantile: float = Field(0.75, ge=0.5, le=0.99)
-    # Whether the decode pool leans too. Off: it stays at forecast.quantile while prefill leans (reason
-    # decode_guarded). Why: a decode pool short of KV is a cliff (prefilled requests wait for whole sequences
-    # to finish, and their TTFT with them), where a prefill pool a replica short queues for a moment; a burst
-    # fills the KV of a small pool its ITL target sized as well as one its KV sized, and decode is a small
-    # share of the GPUs. Leaning it, long-lognormal's seed 0 met a doubling of its decode rate on one replica
-    # (91.04 % against 95.71 %), and leaning it only where the KV set its size lost chat-docs' seed 2 (94.13 %
-    # against 95.29 %; README, "The sizing model's bias and the error budget").
+    # Whether decode's KV leans too. Off (the KV guard): while the pools lean, the decode pool is never smaller
+    # than its KV needs for the batch of forecast.quantile's load (reason decode_kv_guard). Why: a decode pool
+    # short of KV admits nothing, and prefilled requests wait for whole sequences to finish (their TTFT with
+    # them), where one a replica short of its ITL target runs slower steps. Leaning it, long-lognormal's seed 0
+    # met a doubling of its decode rate on one replica (91.04 % against 95.71 %); guarding only ticks whose
+    # lean size the KV set lost chat-docs' seed 2 (94.13 % against 95.29 %: a burst fills the KV of a pool its
+    # ITL target sized as well); README, "The sizing model's bias and the error budget".
     lean_decode: bool = False
     # Overspent (fewer requests within target since the window began than the percentile): sized at this, or
     # at forecast.quantile where that is higher, until the window's attainment is back at the percentile. A

@@ -90,9 +90,10 @@ class PlannerMetrics:
                                        "sized at: sla.lean_quantile while the error budget is healthy, "
                                        "sla.recover_quantile once it is (nearly) spent, forecast.quantile otherwise.",
                                        ["policy"], registry=r)
-        self.decode_quantile = Gauge("planner_decode_quantile", "The forecast quantile the decode pool was sized "
-                                     "at: forecast.quantile while the others lean (unless sla.lean_decode), the "
-                                     "headroom's otherwise.", ["policy"], registry=r)
+        self.decode_quantile = Gauge("planner_decode_quantile", "The forecast quantile whose load set the decode "
+                                     "pool's size: forecast.quantile where the KV guard raised it while the pools "
+                                     "lean (reason decode_kv_guard), the headroom's otherwise.", ["policy"],
+                                     registry=r)
         self.sizing_percentile = Gauge("planner_sizing_percentile", "The latency percentile (0..1) the pools were "
                                        "sized at: the SLA's, or a stricter one while its error budget is spent "
                                        "(sla.recover_miss_share of its allowed misses).", ["policy"], registry=r)

@@ -320,9 +320,9 @@ class Reason(StrEnum):
     # The window's budget is spent or nearly (sla.recover_below), on any load: the pools sized at a stricter latency
     # percentile than the SLA's, sla.recover_miss_share of its allowed misses (p97.5 for p95 at 0.5).
     BUDGET_TIGHTENED = "budget_tightened"
-    # The budget is healthy and the prefill pool leans (budget_lean), the decode pool does not: sized at
-    # forecast.quantile, as a decode pool short of KV stalls every request (sla.lean_decode leans it too).
-    DECODE_GUARDED = "decode_guarded"
+    # The pools lean (budget_lean), and the decode pool was raised to what its KV needs for forecast.quantile's
+    # load: short of KV it admits nothing and stalls every request (sla.lean_decode: no guard).
+    DECODE_KV_GUARD = "decode_kv_guard"
     FLEET_PRIORITY = "fleet_priority"  # the fleet's budget went to a higher-priority policy first
     FLEET_SHARE = "fleet_share"  # the fleet's budget was shared with policies of equal priority
     FLEET_WAKE = "fleet_wake"  # the fleet's budget went first to a lower priority's wake (requests held for it)

@@ -107,8 +107,8 @@ def _error_budget() -> Row:
                                     Query(sel(M.decode_quantile), "decode's forecast quantile {{policy}}"),
                                     Query(sel(M.sizing_percentile), "latency percentile {{policy}}")),
               width=4, unit="short",
-              description="The forecast quantile the pools are sized at (decode's: forecast.quantile while "
-                          "prefill leans), and the latency percentile they are sized for (the SLA's; stricter "
+              description="The forecast quantile the pools are sized at (decode's: forecast.quantile where its "
+                          "KV guard binds), and the latency percentile they are sized for (the SLA's; stricter "
                           "while its error budget is spent)."),
         Panel("Sizing model bias", (Query(sel(M.model_bias), "{{signal}} {{policy}} at the forecast's load"),
                                     Query(sel(M.model_bias_at_load), "{{signal}} {{policy}} at the load that came")),

@@ -324,6 +324,22 @@ def size_decode(model: SizingModel, load: Load, factor: float = 1.0, ceiling: in
     return Sizing(float(replicas), replicas, decode_itl_ms(model, load, replicas, factor, mix), limit_reasons)
 
 
+def kv_replicas(model: SizingModel, load: Load, factor: float = 1.0, mix: LengthMix | None = None,
+                held: tuple[float, int, float] | None = None, ceiling: int = 100_000) -> int:
+    """Smallest decode pool whose KV holds the batch at the percentile's concurrency, whatever its ITL: where a
+    replica short of its ITL target runs slower steps, one short of KV admits nothing (the KV guard, size.py)."""
+    _, _, b_kv, _, _, spread = _decode_limit(model, load, factor, mix)
+    if held is not None:
+        load, _ = held_over_target(load, *held, b_kv)
+    if load.rate_rps <= 0:
+        return 0
+
+    def holds(c: int) -> bool:
+        return decode_batch(model, load, c, model.itl_target_ms / factor, factor, spread=spread)[0] <= b_kv
+
+    return smallest_meeting(holds, 1, ceiling) or ceiling
+
+
 # ------------------------------------------------------------------------------------------ aggregated
 def aggregated_latency_ms(model: SizingModel, load: Load, replicas: int, ttft_factor: float = 1.0,
                           itl_factor: float = 1.0, mix: LengthMix | None = None) -> tuple[float, float]:

@@ -107,16 +107,8 @@ def steady_gate(dem: Demand, forecast: LoadForecast | None) -> float | None:
 def _reasons_so_far(dem: Demand, factors: Factors, sized: Mapping[Pool, Sizing]) -> dict[Pool, tuple[Reason, ...]]:
     """Per pool, the reasons of stages 1-3: what sized it, the demand's caveats, calibration, sizing limits."""
     base = (Reason.ZERO_TRAFFIC,) if dem.zero else (Reason.SLA_CAPACITY,)
-    return {p: (*base, *_demand_reasons(dem, p), *(() if dem.zero else factors.reasons_for(p)), *s.reasons)
+    return {p: (*base, *dem.reasons, *(() if dem.zero else factors.reasons_for(p)), *s.reasons)
             for p, s in sized.items()}
-
-
-def _demand_reasons(dem: Demand, pool: Pool) -> tuple[Reason, ...]:
-    """The demand's reasons as they apply to ``pool``: a decode pool held at forecast.quantile while the rest
-    leans (``sla.lean_decode`` off) says decode_guarded where the others say budget_lean."""
-    if pool is Pool.DECODE and dem.decode_quantile is not None and dem.decode_quantile != dem.quantile:
-        return tuple(Reason.DECODE_GUARDED if r is Reason.BUDGET_LEAN else r for r in dem.reasons)
-    return dem.reasons
 
 
 def hold_floors(spec: DeciderSpec, replicas: Mapping[Pool, int]) -> dict[Pool, tuple[int, tuple[Reason, ...]]]:
@@ -258,8 +250,10 @@ def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Poo
     }
     if dem.quantile is not None:
         detail = {**detail, "headroom_quantile": dem.quantile}
-    if dem.decode_quantile is not None and Pool.DECODE in sized:
-        detail = {**detail, "decode_quantile": dem.decode_quantile}
+    if dem.quantile is not None and Pool.DECODE in sized:  # the quantile whose load set decode's size
+        kv_q = dem.decode_kv_quantile
+        guarded = kv_q is not None and Reason.DECODE_KV_GUARD in sized[Pool.DECODE].reasons
+        detail = {**detail, "decode_quantile": kv_q if guarded and kv_q is not None else dem.quantile}
     if rate_cv is not None:
         detail = {**detail, "rate_cv": rate_cv}
     if rate_rise is not None:

@@ -54,7 +54,10 @@ class Demand:
     # ITL target allows: the excess is a backlog); (0, 0): not observed.
     decode_held: tuple[float, int] = (0.0, 0)
     percentile: float | None = None  # the latency percentile to size at (None: the SLA's)
-    decode_quantile: float | None = None  # the forecast quantile the decode pool is sized at (decode_quantile())
+    # The decode pool's load at forecast.quantile while the pools lean: its KV must hold that load's batch
+    # (size.py, the KV guard; config.py, sla.lean_decode, says why). None: no guard (nothing leans, or lean_decode).
+    decode_kv: Load | None = None
+    decode_kv_quantile: float | None = None
 
     def for_pool(self, pool: Pool) -> Load:
         return {Pool.PREFILL: self.prefill, Pool.DECODE: self.decode}.get(pool, self.load)
@@ -164,27 +167,31 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     zero = rate == 0 and measured_zero
     load = Load(rate, lengths[0], lengths[1])
     p_load = d_load = load
-    q_decode = decode_quantile(spec.policy, q, headroom)
+    q_kv = kv_guard_quantile(spec.policy, q, headroom)
+    kv_load = None
     if forecast is not None and forecast.rate_rps.ok and rate > 0:
         p_load = replace(load, rate_rps=_work_rate(forecast.prefill_tokens_per_s, q, lengths[0], rate))
-        rate_d = rate if q_decode == q else _capped(max(0.0, finite(forecast.rate_rps.at(q_decode)) or rate), forecast)
-        d_load = replace(load, rate_rps=_work_rate(forecast.decode_tokens_per_s, q_decode, lengths[1], rate_d))
+        d_load = replace(load, rate_rps=_work_rate(forecast.decode_tokens_per_s, q, lengths[1], rate))
+        if q_kv is not None:
+            rate_kv = _capped(max(0.0, finite(forecast.rate_rps.at(q_kv)) or rate), forecast)
+            kv_load = replace(load, rate_rps=_work_rate(forecast.decode_tokens_per_s, q_kv, lengths[1], rate_kv))
     if spec.policy.mode is Mode.DISAGGREGATED and not zero:
         p_load = _with_backlog(p_load, _queue(obs, Pool.PREFILL), spec.horizon_s)
         d_load = _with_backlog(d_load, _queue(obs, Pool.DECODE), spec.horizon_s)
+        kv_load = None if kv_load is None else _with_backlog(kv_load, _queue(obs, Pool.DECODE), spec.horizon_s)
     pct = sizing_percentile(spec.policy, forecast.sla_budget if forecast is not None else None)
     if pct is not None:
         reasons.append(Reason.BUDGET_TIGHTENED)
     return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q, _held(spec, obs), pct,
-                  q_decode)
+                  kv_load, q_kv if kv_load is not None else None)
 
 
-def decode_quantile(policy: Policy, q: float, headroom: Reason | None) -> float:
-    """The forecast quantile the decode pool is sized at: the headroom's, but ``forecast.quantile`` while the
-    rest leans unless ``sla.lean_decode`` (config.py says why; reason decode_guarded)."""
-    if headroom is Reason.BUDGET_LEAN and not policy.sla.lean_decode:
-        return max(q, policy.forecast.quantile)
-    return q
+def kv_guard_quantile(policy: Policy, q: float, headroom: Reason | None) -> float | None:
+    """The forecast quantile whose load the decode pool's KV must hold while the pools lean: ``forecast.quantile``
+    (config.py, ``sla.lean_decode``, says why); None where nothing leans below it or ``sla.lean_decode`` is on."""
+    if headroom is Reason.BUDGET_LEAN and not policy.sla.lean_decode and policy.forecast.quantile > q:
+        return policy.forecast.quantile
+    return None
 
 
 def observed_load(spec: DeciderSpec, obs: Observation) -> Load | None:

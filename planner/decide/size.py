@@ -10,11 +10,20 @@ while the error budget recovers (decide/error_budget.py ``sizing_percentile``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planner.decide.calibration import Factors
-from planner.decide.capacity import Sizing, size_aggregated, size_decode, size_prefill
+from planner.decide.capacity import (
+    Sizing,
+    decode_itl_ms,
+    kv_replicas,
+    size_aggregated,
+    size_decode,
+    size_prefill,
+)
 from planner.decide.demand import Demand
 from planner.decide.spec import DeciderSpec
-from planner.types import Mode, Pool
+from planner.types import Mode, Pool, Reason
 
 
 def size_pools(spec: DeciderSpec, demand: Demand, factors: Factors) -> dict[Pool, Sizing]:
@@ -22,6 +31,16 @@ def size_pools(spec: DeciderSpec, demand: Demand, factors: Factors) -> dict[Pool
     if spec.mode is Mode.AGGREGATED:
         return {Pool.AGGREGATED: size_aggregated(model, demand.load, factors.ttft, factors.itl,
                                                  mix=demand.isl_mix)}
+    held = (*demand.decode_held, spec.horizon_s)
+    decode = size_decode(model, demand.decode, factors.itl, mix=demand.isl_mix, held=held)
+    if demand.decode_kv is not None:
+        # The KV guard: while the pools lean, decode's KV still holds the batch of forecast.quantile's load. A
+        # decode pool a replica short of its ITL target runs slower steps; one short of KV admits nothing, and
+        # every prefilled request waits for whole sequences to finish (config.py, sla.lean_decode).
+        need = kv_replicas(model, demand.decode_kv, factors.itl, demand.isl_mix, held)
+        if need > decode.replicas:
+            decode = replace(decode, desired=float(need), replicas=need,
+                             predicted_ms=decode_itl_ms(model, demand.decode, need, factors.itl, demand.isl_mix),
+                             reasons=(*decode.reasons, Reason.DECODE_KV_GUARD))
     return {Pool.PREFILL: size_prefill(model, demand.prefill, factors.ttft, mix=demand.isl_mix),
-            Pool.DECODE: size_decode(model, demand.decode, factors.itl, mix=demand.isl_mix,
-                                     held=(*demand.decode_held, spec.horizon_s))}
+            Pool.DECODE: decode}
