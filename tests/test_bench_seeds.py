@@ -42,6 +42,15 @@ def test_the_seeds_target_allows_half_a_point_below_the_percentile(worst: float,
         assert lines[0].startswith("s a: worst seed 94.49% is below 94.50%")
 
 
+def test_each_policy_is_held_to_its_own_percentile() -> None:
+    # A variant promising p90 beside the example's p95: its worst seed is judged against 89.5 %, not 94.5 %.
+    runs = [Run("p95", "s", 0, 0.96, 10.0), Run("p90", "s", 0, 0.90, 9.0), Run("p99", "s", 0, 0.985, 12.0)]
+    rows = summary(runs, 0.95, {"p95": 0.95, "p90": 0.90, "p99": 0.99})
+    assert [(r["policy"], r["target"]["floor"], r["target"]["met"], r["below_sla"]) for r in rows] == [
+        ("p95", 0.945, True, 0), ("p90", 0.895, True, 0), ("p99", 0.985, True, 1)]
+    assert summary(runs, 0.95)[1]["target"]["met"] is False  # without its own share: the first's 95 %
+
+
 @pytest.mark.parametrize("args, needle", [
     pytest.param(["--seeds", "0"], "--seeds: 0 must be in 1..100", id="no-seeds"),
     pytest.param(["--policy", str(EXAMPLE), "--policy", str(EXAMPLE)], "each policy once", id="same-policy-twice"),

@@ -199,8 +199,9 @@ def bench_seeds(
     console = out_console()
     runs = study.run(console, sources, names, list(range(seeds)), traces or default_traces_dir(),
                      workers or os.cpu_count() or 1)
-    sla_share = study.load(labels[0], sources[labels[0]]).sla.percentile / 100.0
-    rows = study.summary(runs, sla_share)
+    shares = {label: study.load(label, source).sla.percentile / 100.0 for label, source in sources.items()}
+    sla_share = shares[labels[0]]
+    rows = study.summary(runs, sla_share, shares)
     console.print(study.table(rows, sla_share))
     missed = study.target_lines(rows)
     console.print(f"target (no seed below the SLA's percentile less {study.SEED_SLACK:.1%} points): "
