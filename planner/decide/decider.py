@@ -251,9 +251,8 @@ def _record(spec: DeciderSpec, dem: Demand, factors: Factors, sized: Mapping[Poo
     if dem.quantile is not None:
         detail = {**detail, "headroom_quantile": dem.quantile}
     if dem.quantile is not None and Pool.DECODE in sized:  # the quantile whose load set decode's size
-        kv_q = dem.decode_kv_quantile
-        guarded = kv_q is not None and Reason.DECODE_KV_GUARD in sized[Pool.DECODE].reasons
-        detail = {**detail, "decode_quantile": kv_q if guarded and kv_q is not None else dem.quantile}
+        guarded = Reason.DECODE_KV_GUARD in sized[Pool.DECODE].reasons  # the guard sizes at forecast.quantile
+        detail = {**detail, "decode_quantile": spec.policy.forecast.quantile if guarded else dem.quantile}
     if rate_cv is not None:
         detail = {**detail, "rate_cv": rate_cv}
     if rate_rise is not None:

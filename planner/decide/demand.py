@@ -57,7 +57,6 @@ class Demand:
     # The decode pool's load at forecast.quantile while the pools lean: its KV must hold that load's batch
     # (size.py, the KV guard; config.py, sla.lean_decode, says why). None: no guard (nothing leans, or lean_decode).
     decode_kv: Load | None = None
-    decode_kv_quantile: float | None = None
 
     def for_pool(self, pool: Pool) -> Load:
         return {Pool.PREFILL: self.prefill, Pool.DECODE: self.decode}.get(pool, self.load)
@@ -183,7 +182,7 @@ def demand(spec: DeciderSpec, obs: Observation, forecast: LoadForecast | None) -
     if pct is not None:
         reasons.append(Reason.BUDGET_TIGHTENED)
     return Demand(load, p_load, d_load, tuple(reasons), zero, _mix(spec, obs, forecast), q, _held(spec, obs), pct,
-                  kv_load, q_kv if kv_load is not None else None)
+                  kv_load)
 
 
 def kv_guard_quantile(policy: Policy, q: float, headroom: Reason | None) -> float | None:
