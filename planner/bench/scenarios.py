@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.bench import target_reasons as reasons
 from planner.catalog import data_dir, load_hardware, load_model
 from planner.catalog import traces_dir as shipped_traces_dir
 from planner.errors import UserError
@@ -282,22 +283,42 @@ def targets(report: dict, frontier: dict | None) -> list[dict]:
     for key, name, ratio in (("planner", "planner", PLANNER_GPU_RATIO), ("perfect_forecast", PERFECT, PERFECT_GPU_RATIO)):
         ok, detail = _meets(pols.get(name), off, ratio, pct)
         out.append({"target": key, "text": f"{name}: joint attainment >= p{pct:g} at <= {ratio:.2f}x "
-                    "the offline schedule's GPU-h", "met": ok, "detail": detail})
+                    "the offline schedule's GPU-h", "met": ok, "detail": detail,
+                    **({} if ok or name not in pols else {"why": _why_meets(report, name, ratio, pct)})})
     ok, detail = _at_most(pols.get("planner"), pols.get("static"), "static", 1.0)
     out.append({"target": "static", "text": "planner: never more GPU-h than static (the known peak)", "met": ok,
-                "detail": detail})
+                "detail": detail, **_why_over(report, ok)})
     if "static-yesterday" in pols:
         ok, detail = _at_most(pols.get("planner"), pols["static-yesterday"], "static-yesterday", YESTERDAY_GPU_RATIO)
         out.append({"target": "static_yesterday", "text": f"planner: <= {YESTERDAY_GPU_RATIO:g}x static-yesterday's "
-                    "GPU-h", "met": ok, "detail": detail})
+                    "GPU-h", "met": ok, "detail": detail, **_why_over(report, ok)})
     from planner.sim.evaluate.envelope import describe
 
     comps = (frontier or {}).get("comparisons", [])
     others = {c["other"] for c in comps}
     ok = bool(comps) and all(c["above_everywhere"] for c in comps) and {"dynamo-throughput", "dynamo-load"} <= others
+    unseen = [f"no {d} frontier to compare with" for d in ("dynamo-throughput", "dynamo-load") if d not in others]
+    why = {} if ok or not comps else {"why": "; ".join([*unseen, reasons.frontier_text(frontier or {})]).strip("; ")}
     out.append({"target": "frontier", "text": "the planner's frontier above both Dynamo frontiers in 90-99.9 %",
-                "met": ok, "detail": "; ".join(describe(c) for c in comps) or "no frontier swept"})
+                "met": ok, "detail": "; ".join(describe(c) for c in comps) or "no frontier swept", **why})
     return out
+
+
+def _why_meets(report: dict, name: str, ratio: float, pct: float) -> str:
+    """Why ``name`` missed "at or above the percentile at no more than ``ratio`` x the offline schedule"."""
+    entry = report["policies"][name]
+    parts = []
+    if float(entry["attainment_joint"] or 0.0) < pct / 100.0 - 1e-9:
+        parts.append("below the percentile: " + reasons.below_percentile(report, entry))
+    if _gpu_over(entry, report["references"]["offline"]) > ratio + 1e-9:
+        parts.append("over the GPU-hours: " + reasons.over_offline(report, name, pct))
+    return " | ".join(parts)
+
+
+def _why_over(report: dict, met: bool) -> dict:
+    """A planner dearer than a static pool: the postures it spent the window in."""
+    text = None if met or "planner" not in report["policies"] else reasons.postures_text(report["policies"]["planner"])
+    return {"why": text} if text else {}
 
 
 def entries(s: Scenario, report: dict, quick: bool) -> list[dict]:

@@ -21,6 +21,8 @@ def render(console: Console, doc: dict) -> None:
         for t in sc["targets"]:
             if not t["met"]:
                 console.print(f"[yellow]{name}[/] {t['target']} missed: {t['detail']}", soft_wrap=True)
+                if t.get("why"):
+                    console.print(f"  why: {t['why']}", soft_wrap=True, highlight=False)
         checks = sc["report"].get("checks", {})
         if not checks.get("lower_bound_le_offline", True) or checks.get("policies_dominating_offline"):
             console.print(f"[bold red]{name}: BROKEN YARDSTICK[/] {checks}")
