@@ -111,3 +111,53 @@ def test_the_kv_memory_survives_a_restart() -> None:
     state = PlannerState(pools={"decode": PoolMemory(target=2, kv_bound_at_s=123.5)})
     assert PlannerState.from_dict(state.to_dict()).pool("decode").kv_bound_at_s == 123.5
     assert PlannerState.from_dict({"pools": {"decode": {"target": 2}}}).pool("decode").kv_bound_at_s is None
+
+
+KV_SETTLED = policy(behavior={"kv_settled_s": 300.0})
+
+
+def kv_decide(pol, current: int, peak_used: float, asked_current_ago_s: float | None = None,
+              kv_bound: bool = True) -> tuple[int, tuple[Reason, ...]]:
+    """A decode pool held by the flap guard at ``current`` (recommendation ``current - 1``), KV-bound this tick
+    (or never), whose KV in use peaked at ``peak_used`` replicas' worth 20 minutes ago; now it uses 0.3 of one."""
+    memory = flapped(current, asked_current_ago_s)
+    memory = PoolMemory(**{**memory.__dict__, "kv_in_use": ((NOW_S - 1200.0, peak_used), (NOW_S - 600.0, 0.5))})
+    state = PlannerState(pools={"decode": memory, "prefill": PoolMemory(target=1)})
+    why = {"decode": (Reason.SLA_CAPACITY, *((Reason.KV_BOUND,) if kv_bound else ())), "prefill": (Reason.SLA_CAPACITY,)}
+    obs = observation(NOW_S, 10.0, ready={"decode": current, "prefill": 1}, kv_usage=0.3 / current)
+    out = recommend(pol, {"decode": current - 1, "prefill": 1}, why, {"prefill": True, "decode": True}, state, obs,
+                    NOW_S, rate_cv=None)
+    return out["decode"].replicas, out["decode"].reasons
+
+
+SETTLED_KV_S = 30.0 * ((300.0 - 1.0) // 30.0)  # the last tick still inside kv_settled_s
+
+
+@pytest.mark.parametrize("pol, current, peak_used, asked_ago_s, kv_bound, replicas", [
+    # 3 replicas, the peak held 1.5 replicas' worth of KV: 2 would have held it within 80 % (1.6): released
+    pytest.param(KV_SETTLED, 3, 1.5, None, True, 2, id="peak-fits-one-fewer-released"),
+    pytest.param(KV_SETTLED, 3, 1.7, None, True, 3, id="peak-over-80-percent-of-one-fewer-held"),
+    pytest.param(KV_SETTLED, 3, 1.5, SETTLED_KV_S, True, 3, id="asked-within-the-settling-time-held"),
+    pytest.param(KV_SETTLED, 3, 1.5, SETTLED_KV_S + 30.0, True, 2, id="asked-before-the-settling-time-released"),
+    pytest.param(policy(), 3, 1.5, None, True, 3, id="off-by-default-held"),
+    # a decode pool its ITL target sizes keeps its own rule (half the pool after HALF_AFTER_S): 3 -> 2 is not half
+    pytest.param(KV_SETTLED, 3, 0.5, None, False, 3, id="sized-by-itl-keeps-its-rule"),
+])
+def test_a_kv_bound_decode_pool_whose_peak_fits_one_fewer_is_released(pol, current: int, peak_used: float,
+                                                                      asked_ago_s: float | None, kv_bound: bool,
+                                                                      replicas: int) -> None:
+    got, reasons = kv_decide(pol, current, peak_used, asked_ago_s, kv_bound)
+    assert got == replicas
+    assert (Reason.SCALE_DOWN_STABILIZED in reasons) == (replicas == current)
+
+
+def test_the_kv_in_use_is_remembered_over_the_audit_and_only_when_asked_for() -> None:
+    # Recorded each tick as usage x ready replicas; readings older than the audit hour are dropped.
+    memory = PoolMemory(kv_in_use=((NOW_S - 4000.0, 2.0), (NOW_S - 100.0, 1.0)))
+    state = PlannerState(pools={"decode": memory, "prefill": PoolMemory(target=1)})
+    obs = observation(NOW_S, 10.0, ready={"decode": 2, "prefill": 1}, kv_usage=0.25)
+    why = {"decode": (Reason.SLA_CAPACITY,), "prefill": (Reason.SLA_CAPACITY,)}
+    out = recommend(KV_SETTLED, {"decode": 2, "prefill": 1}, why, {"prefill": True, "decode": True}, state, obs, NOW_S)
+    assert out["decode"].memory.kv_in_use == ((NOW_S - 100.0, 1.0), (NOW_S, 0.5))
+    off = recommend(policy(), {"decode": 2, "prefill": 1}, why, {"prefill": True, "decode": True}, state, obs, NOW_S)
+    assert off["decode"].memory.kv_in_use == memory.kv_in_use  # off: nothing recorded

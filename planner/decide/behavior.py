@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from planner.config import Behavior, Policy, PoolSpec, ScalingRules
 from planner.decide.state import PlannerState, PoolMemory
-from planner.types import Observation, Pool, Reason
+from planner.types import Observation, Pool, PoolObservation, Reason
 
 OSCILLATION_AUDIT_S = 3600.0  # how long direction changes are remembered
 # The flap guard reads this many of the caller's intervals back, at most the hour: an hour at the usual 30 s
@@ -57,6 +57,11 @@ HALF_AFTER_S = 480.0
 # replica short (the fleet's code-large, seed 0: 95.89 -> 94.86 %). Measured: docs/benchmark-studies.md,
 # "The flap guard on a settled prefill pool".
 SETTLED_AFTER_S = 300.0
+# ...and a KV-bound decode pool, with behavior.kv_settled_s set, once no tick asked for more for that long and the KV
+# in use at the audit's peak would have fit this share of one replica fewer: a pool whose recommendation flips around
+# its KV limit from noise (requests arriving in clumps) is released, one whose KV filled in bursts (chat-docs'
+# documents) is not. Measured: docs/benchmark-studies.md, "Clumped arrivals and long prompts".
+KV_SETTLED_SHARE = 0.8
 # A window or period counts as over when at most this share of a tick remains: enough for the jitter of a
 # live tick (its start lands late by up to a few hundred ms), too little to release a whole tick early.
 JITTER_SHARE = 0.25
@@ -150,7 +155,7 @@ def _a_flap(current: int, stabilised: int, memory: PoolMemory, history: tuple[tu
     did for ``settled_after_s`` (None: never)."""
     if memory.last_direction <= 0:
         return False
-    audit_s = min(OSCILLATION_AUDIT_S, AUDIT_INTERVALS * tick_s) if tick_s > 0 else OSCILLATION_AUDIT_S
+    audit_s = _audit_s(tick_s)
     if not any(t > now_s - audit_s for t in memory.direction_changes):
         return False
     step = current - stabilised
@@ -279,6 +284,29 @@ def _sized_by_itl(pool: Pool, memory: PoolMemory, now_s: float) -> bool:
     return pool == Pool.DECODE and not kv_bound_lately
 
 
+def _audit_s(tick_s: float) -> float:
+    return min(OSCILLATION_AUDIT_S, AUDIT_INTERVALS * tick_s) if tick_s > 0 else OSCILLATION_AUDIT_S
+
+
+def _with_kv_in_use(memory: PoolMemory, po: PoolObservation | None, now_s: float, tick_s: float) -> PoolMemory:
+    """``memory`` with this tick's KV in use (usage x ready replicas) added, kept over the flap guard's audit."""
+    kept = tuple((t, u) for t, u in memory.kv_in_use if t > now_s - _audit_s(tick_s))
+    if po is not None and po.kv_usage is not None and po.ready_replicas:
+        kept += ((now_s, po.kv_usage * po.ready_replicas),)
+    return replace(memory, kv_in_use=kept)
+
+
+def _kv_settled_s(policy: Policy, pool: Pool, memory: PoolMemory, now_s: float, current: int) -> float | None:
+    """behavior.kv_settled_s for a KV-bound decode pool whose KV in use at the audit's peak fits KV_SETTLED_SHARE of
+    one replica fewer (the flap guard then lets any step go once no tick asked for more for that long); else None."""
+    after = policy.behavior.kv_settled_s
+    if after is None or pool != Pool.DECODE or current <= 1 or _sized_by_itl(pool, memory, now_s):
+        return None
+    if not memory.kv_in_use or max(u for _, u in memory.kv_in_use) > KV_SETTLED_SHARE * (current - 1):
+        return None
+    return after
+
+
 def _steady_for(memory: PoolMemory, now_s: float, for_s: float, tick_s: float) -> bool:
     """The arrival rate has read steady at every tick of the last ``for_s`` (as far as the memory goes back)."""
     return memory.unsteady_at_s is None or now_s - memory.unsteady_at_s >= for_s - JITTER_SHARE * tick_s
@@ -302,7 +330,8 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
     steady = policy.behavior.is_steady(rate_cv)
     held = recovery_rules(policy, rules)
     # Remembered for the recovery's hold too, so a pool entering recovery finds its lull's history in place.
-    keep_s = max(_window(policy.behavior), _window(held), HALF_AFTER_S, SETTLED_AFTER_S)  # the flap guard's quiet
+    keep_s = max(_window(policy.behavior), _window(held), HALF_AFTER_S, SETTLED_AFTER_S,
+                 policy.behavior.kv_settled_s or 0.0)  # the flap guard's quiet
     out = {}
     for pool in policy.pool_names():
         pool_rules = held if Reason.BUDGET_OVERSPENT in why[pool] else rules
@@ -311,6 +340,8 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
             memory = replace(memory, kv_bound_at_s=now_s)
         if not steady:
             memory = replace(memory, unsteady_at_s=now_s)
+        if policy.behavior.kv_settled_s is not None:
+            memory = _with_kv_in_use(memory, obs.pools.get(pool), now_s, float(policy.interval_s))
         ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
         current = current_replicas(policy.pool(pool), memory, ready)
         hold = Reason.NO_DATA_HOLD if not allow_down[pool] else Reason.RATE_RISING
@@ -319,6 +350,7 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
                    tick_s=float(policy.interval_s),
                    half_is_real_after_s=HALF_AFTER_S if _sized_by_itl(pool, memory, now_s) else None,
                    settled_after_s=SETTLED_AFTER_S if pool == Pool.PREFILL and _steady_for(
-                       memory, now_s, SETTLED_AFTER_S, float(policy.interval_s)) else None)
+                       memory, now_s, SETTLED_AFTER_S, float(policy.interval_s))
+                   else _kv_settled_s(policy, pool, memory, now_s, current))
         out[pool] = Recommended(current, b.replicas, b.memory, (*why[pool], *b.reasons))
     return out

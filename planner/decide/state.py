@@ -35,6 +35,9 @@ class PoolMemory:
     # The last tick the arrival rate did not read steady (the hedge's rules, or none measured): a settled prefill
     # pool takes its step only once the steady rules have held for the settling time (the flap guard reads it)
     unsteady_at_s: float | None = None
+    # (at_s, replicas' worth of KV in use: the KV usage gauge x ready replicas) over the flap guard's audit, for
+    # behavior.kv_settled_s
+    kv_in_use: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
