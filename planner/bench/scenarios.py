@@ -245,7 +245,7 @@ def synthetic(mix: str, start_s: float, length_s: float, seed: int = 0) -> Reque
 PLANNER_GPU_RATIO = 1.10  # the planner: at most this x the offline schedule's GPU-hours
 PERFECT_GPU_RATIO = 1.05  # planner+perfect-forecast: at most this x
 YESTERDAY_GPU_RATIO = 0.6  # the planner on a whole day: at most this x static-yesterday's GPU-hours
-PERFECT = "planner+perfect-forecast"
+PERFECT = reasons.PERFECT
 
 
 def _gpu_over(entry: dict, reference: dict) -> float:
@@ -298,7 +298,8 @@ def targets(report: dict, frontier: dict | None) -> list[dict]:
     others = {c["other"] for c in comps}
     ok = bool(comps) and all(c["above_everywhere"] for c in comps) and {"dynamo-throughput", "dynamo-load"} <= others
     unseen = [f"no {d} frontier to compare with" for d in ("dynamo-throughput", "dynamo-load") if d not in others]
-    why = {} if ok or not comps else {"why": "; ".join([*unseen, reasons.frontier_text(frontier or {})]).strip("; ")}
+    parts = [*unseen, reasons.frontier_text(frontier or {})]
+    why = {} if ok or not comps else {"why": "; ".join(p for p in parts if p)}
     out.append({"target": "frontier", "text": "the planner's frontier above both Dynamo frontiers in 90-99.9 %",
                 "met": ok, "detail": "; ".join(describe(c) for c in comps) or "no frontier swept", **why})
     return out

@@ -21,7 +21,7 @@ import numpy as np
 
 from planner.sim.evaluate.envelope import cost_at, pareto
 
-PERFECT = "planner+perfect-forecast"
+PERFECT = "planner+perfect-forecast"  # the planner fed the true load (scenarios.py uses this name)
 NOT_LEAN = ("burning", "recovering", "unmeasured", "held")
 
 
@@ -123,9 +123,11 @@ def frontier_text(frontier: Mapping) -> str:
     envelope costs and the points it is read from (envelopes join Pareto points in log-odds of attainment)."""
     pols = frontier.get("policies", {})
     mine = pols.get("planner", {}).get("points", [])
+    my_front = pareto(mine)
     out = []
     for c in frontier.get("comparisons", []):
         theirs = pols.get(c["other"], {}).get("points", [])
+        their_front = pareto(theirs)
         for span in c.get("not_above", []):
             if span.get("worst_gpu_hours_over") is None:
                 best = max((float(p["attainment_joint"] or 0.0) for p in mine), default=0.0)
@@ -133,7 +135,7 @@ def frontier_text(frontier: Mapping) -> str:
                            f"attains {best:.2%}")
                 continue
             levels = [float(x) for x in np.linspace(span["from"], span["to"], 25)]
-            worst = max(levels, key=lambda a: _where(mine, a)[0] / max(_where(theirs, a)[0], 1e-12))
+            worst = max(levels, key=lambda a: cost_at(my_front, a) / max(cost_at(their_front, a), 1e-12))
             (c_us, us), (c_them, them) = _where(mine, worst), _where(theirs, worst)
             out.append(f"at {worst:.2%} {c['other']} needs {c_them:.2f} GPU-h ({them}) where the planner needs "
                        f"{c_us:.2f} ({us})")

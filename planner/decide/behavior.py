@@ -340,7 +340,7 @@ def recommend(policy: Policy, desired: Mapping[Pool, int], why: Mapping[Pool, tu
             memory = replace(memory, kv_bound_at_s=now_s)
         if not steady:
             memory = replace(memory, unsteady_at_s=now_s)
-        if policy.behavior.kv_settled_s is not None:
+        if policy.behavior.kv_settled_s is not None and pool == Pool.DECODE:  # only decode's release reads it
             memory = _with_kv_in_use(memory, obs.pools.get(pool), now_s, float(policy.interval_s))
         ready = obs.pools[pool].ready_replicas if pool in obs.pools else None
         current = current_replicas(policy.pool(pool), memory, ready)
