@@ -30,8 +30,10 @@ GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 # flight at any instant for 180 s on an idle host, where a request ended before the next was sent.
 CLIENTS = 4
 # Requests of several seconds: the replica that leaves holds some that are far from done, so SIGTERM
-# without the drain would cut them (vLLM >= 0.18 aborts what is in flight on SIGTERM by default).
-OUTPUT_TOKENS = 256
+# without the drain would cut them (vLLM >= 0.18 aborts what is in flight on SIGTERM by default). 256 tokens took
+# about a second on an idle CI host: both requests the leaving replica held once ended between the actuator's
+# choice and the drain's first look, and the test had nothing to drain; 1,024 take about four.
+OUTPUT_TOKENS = 1024
 log = logging.getLogger("test.engine_drain")
 
 
@@ -51,7 +53,7 @@ def test_scale_down_under_load_on_real_vllm_fails_no_request(vllm_engine, tmp_pa
         "pools": {"aggregated": {"min_replicas": 1, "max_replicas": 2}},
         "actuator": {"kind": "process", "command": vllm_command(vllm_engine, "aggregated"),
                      "env": {**SERVER_ENV, **UNPINNED}, "port_range": list(port_range(8)),
-                     "state_dir": str(state), "drain_s": 60, "stop_grace_s": 20, "router_url": router.url,
+                     "state_dir": str(state), "drain_s": 180, "stop_grace_s": 20, "router_url": router.url,
                      # A start is not retried here: on a loaded machine a retry only throws its progress away.
                      "ready_timeout_s": START_S}}, "test-policy")
     actuator: ProcessActuator | None = None
@@ -75,10 +77,10 @@ def test_scale_down_under_load_on_real_vllm_fails_no_request(vllm_engine, tmp_pa
             actuator.apply({"aggregated": 1})
             (retired,) = [r for r in actuator.replicas if r.state == "draining"]
             in_flight_at_removal = backends.by_address[retired.address].outstanding
-            wait_until(lambda: retired.exit_code() is not None, 90, "the retired replica to drain and stop")
+            wait_until(lambda: retired.exit_code() is not None, 240, "the retired replica to drain and stop")
             (kept,) = [r for r in actuator.replicas if r.state == "ready"]
             sent_after = backends.by_address[kept.address].sent
-            wait_until(lambda: backends.by_address[kept.address].sent >= sent_after + 4, 30,
+            wait_until(lambda: backends.by_address[kept.address].sent >= sent_after + 4, 120,
                        "requests after the removal")
         finally:
             load.stop()
