@@ -167,11 +167,11 @@ class Behavior(_Strict):
     rise_hold: float | None = Field(0.5, gt=0.0, le=100.0)
     # A KV-bound decode pool held a replica above its recommendation by the flap guard (the guard's audit spans an
     # hour) gives it back once no tick asked for more for this long and the KV in use at the audit's peak would have
-    # fit 80 % of one replica fewer (decide/behavior.py, KV_SETTLED_SHARE). null (the default): the guard holds as
-    # for any pool. Off until the suite is re-measured with it: on a stand-in for the issue's held-out conversation
-    # case (12k-token prompts in clumps of ten) 300 s saves 1.8-4.7 % of the GPU-hours, and chat-docs' worst seed
-    # falls 95.38 -> 94.79 % (docs/benchmark-studies.md, "Clumped arrivals and long prompts").
-    kv_settled_s: float | None = Field(None, gt=0.0, le=3600.0)
+    # fit 80 % of one replica fewer (decide/behavior.py, KV_SETTLED_SHARE). null: the guard holds as for any pool.
+    # 300 s: on a stand-in for the issue's held-out conversation case (12k-token prompts in clumps of ten) it saves
+    # 1.8-4.7 % of the GPU-hours, and chat-docs' worst seed falls 95.38 -> 94.79 % (docs/benchmark-studies.md,
+    # "Clumped arrivals and long prompts").
+    kv_settled_s: float | None = Field(300.0, gt=0.0, le=3600.0)
 
     def is_steady(self, rate_cv: float | None) -> bool:
         """Whether the steady rules apply at this burstiness (``rate_cv`` None: unknown, so the hedge)."""

@@ -114,6 +114,7 @@ def test_the_kv_memory_survives_a_restart() -> None:
 
 
 KV_SETTLED = policy(behavior={"kv_settled_s": 300.0})
+KV_HELD = policy(behavior={"kv_settled_s": None})
 
 
 def kv_decide(pol, current: int, peak_used: float, asked_current_ago_s: float | None = None,
@@ -139,7 +140,8 @@ SETTLED_KV_S = 30.0 * ((300.0 - 1.0) // 30.0)  # the last tick still inside kv_s
     pytest.param(KV_SETTLED, 3, 1.7, None, True, 3, id="peak-over-80-percent-of-one-fewer-held"),
     pytest.param(KV_SETTLED, 3, 1.5, SETTLED_KV_S, True, 3, id="asked-within-the-settling-time-held"),
     pytest.param(KV_SETTLED, 3, 1.5, SETTLED_KV_S + 30.0, True, 2, id="asked-before-the-settling-time-released"),
-    pytest.param(policy(), 3, 1.5, None, True, 3, id="off-by-default-held"),
+    pytest.param(KV_HELD, 3, 1.5, None, True, 3, id="off-held"),
+    pytest.param(policy(), 3, 1.5, None, True, 2, id="on-by-default-released"),
     # a decode pool its ITL target sizes keeps its own rule (half the pool after HALF_AFTER_S): 3 -> 2 is not half
     pytest.param(KV_SETTLED, 3, 0.5, None, False, 3, id="sized-by-itl-keeps-its-rule"),
 ])
@@ -159,5 +161,5 @@ def test_the_kv_in_use_is_remembered_over_the_audit_and_only_when_asked_for() ->
     why = {"decode": (Reason.SLA_CAPACITY,), "prefill": (Reason.SLA_CAPACITY,)}
     out = recommend(KV_SETTLED, {"decode": 2, "prefill": 1}, why, {"prefill": True, "decode": True}, state, obs, NOW_S)
     assert out["decode"].memory.kv_in_use == ((NOW_S - 100.0, 1.0), (NOW_S, 0.5))
-    off = recommend(policy(), {"decode": 2, "prefill": 1}, why, {"prefill": True, "decode": True}, state, obs, NOW_S)
+    off = recommend(KV_HELD, {"decode": 2, "prefill": 1}, why, {"prefill": True, "decode": True}, state, obs, NOW_S)
     assert off["decode"].memory.kv_in_use == memory.kv_in_use  # off: nothing recorded
