@@ -23,7 +23,7 @@ POLICY_FIELDS = {"requests", "attainment_ttft", "attainment_itl", "attainment_jo
 
 @pytest.mark.parametrize(("argv", "shown"), [
     (["--scenarios", "azure-conv,nope"], "--scenarios: unknown nope; allowed: azure-conv, azure-code"),
-    (["--scenarios", "fleet,nope"], "chat-docs, fleet, fleet-day"),
+    (["--scenarios", "fleet,nope"], "chat-docs, clumped-long, fleet, fleet-day"),
     (["--traces", "{tmp}"], "/azure2023/AzureLLMInferenceTrace_conv.csv not found (scenario azure-conv)"),
     (["--traces", "{tmp}/missing"], "--traces: {tmp}/missing is not a folder"),
     (["--workers", "0"], "--workers: 0 must be >= 1"),
@@ -75,6 +75,41 @@ def test_long_context_profile_takes_every_synthetic_request() -> None:
     assert prof.model.max_context_tokens == 131072 and prof.selected_tp("prefill") == 8
     for mix in ("lognormal", "chat-docs"):
         check_trace(scenarios.synthetic(mix, 0.0, 600.0), prof, SimConfig())  # raises if one does not fit
+
+
+def test_clumped_trace_matches_the_held_out_statistics_it_models() -> None:
+    """The stand-in's facts (the held-out trace's published statistics): prompts median 6.9k, mean 12k, p95 ~39k;
+    outputs mean 343; a flat 34 req/s in clumps of ~10 at one instant (1-s index of dispersion ~10.7)."""
+    from planner.sim.traces.records import arrival_dispersion
+
+    tr = scenarios.synthetic("clumped", 0.0, 3600.0)
+    assert float(np.median(tr.isl)) == pytest.approx(6_900, rel=0.05)
+    assert float(tr.isl.mean()) == pytest.approx(12_000, rel=0.05)
+    assert float(np.percentile(tr.isl, 95)) == pytest.approx(39_000, rel=0.08)
+    assert float(tr.osl.mean()) == pytest.approx(343, rel=0.05)
+    assert len(tr) / 3600.0 == pytest.approx(34.0, rel=0.03)
+    assert len(np.unique(tr.arrival_s)) / len(tr) == pytest.approx(0.1, rel=0.05)  # ten requests an instant
+    assert arrival_dispersion(tr.arrival_s) == pytest.approx(10.9, rel=0.15)  # Poisson: 1
+    per_min = np.bincount((tr.arrival_s // 60).astype(int))
+    assert per_min.max() / per_min.mean() < 1.25  # flat: no waves, no bursts
+    assert scenarios.synthetic("clumped", 0.0, 600.0, seed=1).arrival_s[:5].tolist() != tr.arrival_s[:5].tolist()
+
+
+def test_clumped_scenario_runs_the_held_out_case_sla_on_prefill_tp2_decode_tp4() -> None:
+    """Its own SLA and ceilings set on whatever policy runs it (the example here), and at that SLA the 64k-token
+    selection picks the TPs the held-out case ran; the other scenarios run the policy as it is."""
+    s = scenarios.pick(["clumped-long"])[0]
+    policy = scenarios.policy_for(s, scenarios.scenario_policy())
+    assert (policy.sla.ttft_ms, policy.sla.itl_ms, policy.sla.percentile) == (3000.0, 50.0, 95.0)
+    assert policy.pools.prefill is not None and policy.pools.decode is not None
+    assert (policy.pools.prefill.max_replicas, policy.pools.decode.max_replicas) == (64, 64)
+    prof = scenarios.scenario_profile(s, policy)
+    assert prof.model.name.lower().startswith("llama-3.1-8b")
+    assert (prof.selected_tp("prefill"), prof.selected_tp("decode")) == (2, 4)
+    check_trace(scenarios.synthetic("clumped", 0.0, 600.0), prof, SimConfig())
+    example = scenarios.scenario_policy()
+    assert scenarios.policy_for(scenarios.pick(["azure-conv"])[0], example) == example
+    assert "clumped-long" not in scenarios.default_names() and "clumped-long" in scenarios.names()
 
 
 def _report(planner: tuple[float, float], perfect: tuple[float, float], static_h: float = 20.0,
@@ -194,13 +229,13 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_quick_suite_end_to_end_from_a_fresh_clone(clone: Path, tmp_path: Path) -> None:
-    """Every scenario, its traces read from what the clone ships (issue 29: nothing beside the repository)."""
+    """Every default scenario, its traces read from what the clone ships (issue 29: nothing beside the repository)."""
     from tests.support.clone import run_in_clone
 
     out = tmp_path / "suite"
     done = run_in_clone(clone, ["-m", "planner.cli", "bench", "suite", "--quick", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
-    doc = _check_suite(out, list(scenarios.names()), done.stdout, ("fleet", "fleet-day"))
+    doc = _check_suite(out, list(scenarios.default_names()), done.stdout, ("fleet", "fleet-day"))
     assert doc["command"] == f"planner bench suite --quick --out {out}"
     assert doc["policy"] == "policies/example.yaml"  # the example as shipped, by default
 

@@ -14,18 +14,19 @@ from planner.errors import UserError
 
 
 @pytest.mark.parametrize(("selected", "backtests", "fleets"), [
-    (None, list(scenarios.names()), ["fleet", "fleet-day"]),
+    (None, list(scenarios.default_names()), ["fleet", "fleet-day"]),
+    (["clumped-long"], ["clumped-long"], []),
     (["fleet"], [], ["fleet"]),
     (["fleet-day", "azure-conv"], ["azure-conv"], ["fleet-day"]),
     (["long-lognormal"], ["long-lognormal"], []),
-], ids=["all", "a-fleet-alone", "a-fleet-and-a-backtest", "no-fleet"])
+], ids=["all", "a-named-only-scenario", "a-fleet-alone", "a-fleet-and-a-backtest", "no-fleet"])
 def test_split_picks_backtests_and_fleets(selected: list[str] | None, backtests: list[str], fleets: list[str]) -> None:
     chosen, picked = suite_fleet.split(selected)
     assert [s.name for s in chosen] == backtests and [f.name for f in picked] == fleets
 
 
 def test_an_unknown_name_lists_every_scenario_and_fleet() -> None:
-    with pytest.raises(UserError, match=r"^scenarios: unknown fleet-week; allowed: azure-conv, .*chat-docs, fleet, "
+    with pytest.raises(UserError, match=r"^scenarios: unknown fleet-week; allowed: azure-conv, .*chat-docs, clumped-long, fleet, "
                                         r"fleet-day$"):
         suite_fleet.split(["fleet", "fleet-week"])
 

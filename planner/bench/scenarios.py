@@ -14,6 +14,10 @@ The code profile: at the shipped profile's TP1 prefill a 7,437-token prompt alon
 this trace could never meet the example's 1,000 ms TTFT; selected at that prompt the profile prefills on TP2.
 The long-context profile is selected at a 64k-token prompt (prefill TP8: 85k tokens in 1.02 s), so all but
 the longest ~1 % of the lognormal prompts can meet 1,000 ms.
+
+``clumped-long`` is not run by default (name it): a stand-in for issue 27's held-out conversation case, built
+only from the published statistics of one such trace, with that case's SLA and ceilings (``policy_set``); at
+its 3,000 ms TTFT the same 64k-token selection picks prefill TP2 and decode TP4, as that case ran.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +63,9 @@ class Scenario:
     # in the trace's own time; warmup_s in simulated seconds.
     compress: float = 1.0
     yesterday: bool = False  # the previous day too (trace time [start_s - 1 day, start_s)), for static-yesterday
+    # Policy fields this scenario sets on whatever policy runs it (dotted key, value): its own SLA and ceilings.
+    policy_set: tuple[tuple[str, float], ...] = ()
+    default: bool = True  # run when no scenario is named
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -77,6 +85,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              "lognormal", 1.0, 600.0, 3600.0, 600.0, "long-context"),
     Scenario("chat-docs", "synthetic: 80 % chat (1k-token prompts) + 20 % long documents (mean 32k tokens)", None,
              "chat-docs", 1.0, 600.0, 3600.0, 600.0, "long-context"),
+    Scenario("clumped-long", "synthetic stand-in for a held-out conversation trace: lognormal prompts (median 6.9k, "
+             "mean 12k tokens), arrivals in clumps of ~10 at a flat 34 req/s; SLA 3,000 / 50 ms, ceilings 64",
+             None, "clumped", 1.0, 600.0, 3600.0, 600.0, "long-context",
+             policy_set=(("sla.ttft_ms", 3000.0), ("sla.itl_ms", 50.0), ("pools.prefill.max_replicas", 64),
+                         ("pools.decode.max_replicas", 64)), default=False),
 )
 QUICK_SCORED_S = 360.0
 QUICK_WARMUP_S = 240.0
@@ -86,9 +99,14 @@ def names() -> tuple[str, ...]:
     return tuple(s.name for s in SCENARIOS)
 
 
+def default_names() -> tuple[str, ...]:
+    """The scenarios run when none is named."""
+    return tuple(s.name for s in SCENARIOS if s.default)
+
+
 def pick(selected: list[str] | None) -> list[Scenario]:
     if not selected:
-        return list(SCENARIOS)
+        return [s for s in SCENARIOS if s.default]
     unknown = [n for n in selected if n not in names()]
     if unknown:
         raise UserError(f"scenarios: unknown {', '.join(unknown)}; allowed: {', '.join(names())}", key="scenarios")
@@ -173,6 +191,19 @@ def scenario_policy(path: Path | None = None) -> PolicyFile:
     return load_policy(path or EXAMPLE_POLICY)
 
 
+def policy_for(s: Scenario, policy: PolicyFile) -> PolicyFile:
+    """``policy`` with the scenario's own fields set (its SLA and ceilings; none: the policy as it is)."""
+    for key, value in s.policy_set:
+        policy = _set(policy, key.split("."), value)
+    return policy
+
+
+def _set(model: Any, keys: list[str], value: float) -> Any:
+    if len(keys) == 1:
+        return model.model_copy(update={keys[0]: value})
+    return model.model_copy(update={keys[0]: _set(getattr(model, keys[0]), keys[1:], value)})
+
+
 def policy_label(path: Path | None) -> str:
     """How suite.json and the targets table name the policy: relative to the repository where it lies inside."""
     chosen = (path or EXAMPLE_POLICY).resolve()
@@ -204,6 +235,12 @@ DOC_ISL = LengthDist("lognormal", 32000.0, 0.5, minimum=4000, maximum=120_000)
 DOC_OSL = LengthDist("lognormal", 500.0, 0.6, minimum=1, maximum=3000)
 DOC_SHARE = 0.2
 MIX_RATE_RPS = {"lognormal": 16.0, "chat-docs": 24.0}  # the waves' mean rate
+# The held-out case's published statistics: prompts median 6.9k and mean 12k tokens (p95 ~39k), outputs mean
+# 343; requests in clumps of about ten at one instant (index of dispersion ~10.7 at 1 s), x10 to 34 req/s.
+CLUMPED_ISL = LengthDist("lognormal", 12000.0, 1.423, minimum=16, maximum=128_000)  # median 12k / 1.74 = 6.9k
+CLUMPED_OSL = LengthDist("lognormal", 343.0, 1.0, minimum=1, maximum=3000)
+CLUMPED_RATE_RPS = 34.0
+CLUMP_MEAN = 10.0  # requests per clump: 1 + Poisson(9)
 
 
 def wave(mean_rps: float, seed: int) -> object:
@@ -223,8 +260,23 @@ def wave(mean_rps: float, seed: int) -> object:
     return rate
 
 
+def clumped(length_s: float, seed: int) -> RequestTrace:
+    """Clumps arriving as a Poisson process at CLUMPED_RATE_RPS / CLUMP_MEAN a second, each 1 + Poisson(9)
+    requests at one instant, with independent lengths: a flat rate whose 1-s counts vary ~11x a Poisson one's."""
+    rng = np.random.default_rng(seed + 211)
+    clumps = rng.poisson(CLUMPED_RATE_RPS / CLUMP_MEAN * length_s)
+    at = np.sort(rng.random(clumps) * length_s)
+    arrival = np.repeat(at, 1 + rng.poisson(CLUMP_MEAN - 1.0, clumps))
+    n = len(arrival)
+    return RequestTrace(arrival, CLUMPED_ISL.sample(rng, n), CLUMPED_OSL.sample(rng, n), "synthetic:clumped",
+                        f"ISL lognormal median 6.9k mean 12k, OSL mean 343; clumps of 1 + Poisson(9) requests at a "
+                        f"flat {CLUMPED_RATE_RPS:g} req/s; seed {seed}")
+
+
 def synthetic(mix: str, start_s: float, length_s: float, seed: int = 0) -> RequestTrace:
     """A synthetic scenario's requests in trace time [start_s, start_s + length_s), times from start_s."""
+    if mix == "clumped":
+        return clumped(length_s, seed)
     rate = wave(MIX_RATE_RPS[mix], seed)
     full = from_rate_fn(lambda t: rate(t + start_s), length_s, seed=seed, name=f"synthetic:{mix}")  # type: ignore[operator]
     rng = np.random.default_rng(seed + 7)

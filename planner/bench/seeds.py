@@ -55,7 +55,7 @@ def _init(policies: dict[str, PolicySource], traces: Path | None) -> None:
 def _one(task: tuple[str, str, int]) -> Run:
     label, name, seed = task
     scenario = scenarios.pick([name])[0]
-    policy = load(label, _POLICIES[label])
+    policy = scenarios.policy_for(scenario, load(label, _POLICIES[label]))
     trace = scenarios.scenario_trace(scenario, _TRACES, seed=seed)
     ctx, config = sim_setup(trace, scenarios.scenario_profile(scenario, policy), policy,
                             warmup_s=scenarios.warmup_s(scenario, False))

@@ -79,8 +79,9 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     suite_fleet.check_traces(fleets, traces_dir)
     _INPUTS.clear()
     for s in chosen:
-        _INPUTS[s.name] = Inputs(s, scenarios.scenario_trace(s, traces_dir, quick), scenarios.scenario_profile(s, policy),
-                                 policy, scenarios.warmup_s(s, quick), scenarios.yesterday_trace(s, traces_dir))
+        own = scenarios.policy_for(s, policy)
+        _INPUTS[s.name] = Inputs(s, scenarios.scenario_trace(s, traces_dir, quick), scenarios.scenario_profile(s, own),
+                                 own, scenarios.warmup_s(s, quick), scenarios.yesterday_trace(s, traces_dir))
     _QUICK = quick
     # The fleets first: the day's is the suite's longest task.
     tasks = [("fleet", f.name, _path(traces_dir), _path(policy_path), str(out)) for f in reversed(fleets)]

@@ -42,10 +42,10 @@ def names() -> tuple[str, ...]:
 
 
 def split(selected: list[str] | None) -> tuple[list[scenarios.Scenario], list[SuiteFleet]]:
-    """The chosen backtest scenarios and fleets (none chosen: every one of both); an unknown name is one line
+    """The chosen backtest scenarios and fleets (none chosen: the default scenarios and every fleet); an unknown name is one line
     listing every name the suite knows."""
     if not selected:
-        return list(scenarios.SCENARIOS), list(FLEETS)
+        return scenarios.pick(None), list(FLEETS)
     known = (*scenarios.names(), *names())
     unknown = [n for n in selected if n not in known]
     if unknown:

@@ -112,8 +112,8 @@ def bench_observe(
 
 
 # The suite's scenario and trace flags, shared by `bench suite` and `bench seeds`.
-SCENARIOS_HELP = ("comma-separated subset (default: all): azure-conv, azure-code, servegen, servegen-day, long-lognormal, "
-                  "chat-docs")
+SCENARIOS_HELP = ("comma-separated subset (default: azure-conv, azure-code, servegen, servegen-day, long-lognormal, "
+                  "chat-docs; named only: clumped-long, a stand-in for issue 27's held-out conversation case)")
 SUITE_SCENARIOS_HELP = SCENARIOS_HELP[:-1] + "; and the fleets of eight models on one GPU budget: fleet, fleet-day)"
 TRACES_HELP = "folder holding azure2023/ and servegen/ (default: the shipped profiles/traces)"
 
