@@ -20,6 +20,7 @@ from planner.sim.evaluate.baselines.registry import names as baseline_names
 
 if TYPE_CHECKING:
     from planner.policy_file import PolicyFile
+    from planner.profile import Profile
     from planner.sim.evaluate.backtest import BacktestResult
     from planner.sim.traces.records import RequestTrace
 
@@ -35,6 +36,9 @@ FRONTIER_HELP = ("also sweep each policy's headroom knob (planner: forecast quan
 ORACLE_INTERVAL_HELP = "deprecated: the offline schedule replaced the per-interval oracle; ignored"
 
 
+SCENARIO_HELP = ("a suite scenario instead of --trace (planner bench suite --help lists them): its trace at --seed, "
+                 "its profile, warm-up and own SLA, as the suite and `planner bench seeds` replay it; --policy "
+                 "defaults to the example")
 TRACE_HELP = ("trace file; with --fleet, POLICY=FILE once per policy of the fleet, or one csv/jsonl file split by "
               "its model column (--columns ...,model=COL)")
 VARY_HELP = ("the policy with these fields set (dotted keys of the policy file, values as YAML, several joined by "
@@ -44,8 +48,10 @@ FLEET_HELP = ("fleet YAML: replay every policy on its own trace (--trace POLICY=
 
 
 def backtest_cmd(
-    trace: Annotated[list[str], typer.Option(help=TRACE_HELP)],
-    out: Annotated[Path, typer.Option(help="output directory (report.json, report.md, PNG plots)")],
+    out: Annotated[Path, typer.Option(help="output directory (report.json, report.md, timeline.csv, "
+                                      "decisions.csv, PNG plots)")],
+    trace: Annotated[list[str] | None, typer.Option(help=TRACE_HELP)] = None,
+    scenario: Annotated[str | None, typer.Option(help=SCENARIO_HELP)] = None,
     profile: Annotated[Path | None, typer.Option(help="profile JSON (not with --fleet: each policy's own)")] = None,
     policy: Annotated[Path | None, typer.Option(help="policy YAML (the policy under test, reported as "
                                                 "'planner')")] = None,
@@ -85,6 +91,20 @@ def backtest_cmd(
                                                  "of yesterday's peak (s)")] = 600.0,
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
+    if scenario is not None:
+        given = [flag for flag, on in (("--trace", trace is not None), ("--fleet", fleet is not None),
+                                       ("--profile", profile is not None), ("--format", format != "azure"),
+                                       ("--columns", columns is not None), ("--rate-scale", rate_scale != 1.0),
+                                       ("--scale-mode", scale_mode != "superpose"), ("--start-s", start_s is not None),
+                                       ("--duration-s", duration_s is not None), ("--warmup-s", warmup_s != 0.0),
+                                       ("--yesterday", yesterday is not None)) if on]
+        if given:
+            raise UserError(f"{given[0]}: not with --scenario (the scenario sets its trace, profile and warm-up)")
+        _backtest_scenario(scenario, policy, quantile, vary, out, startup_s, baselines, kill, seed, forecaster,
+                           workers, offline_simulations, no_plots, dynamo_predictor, frontier, peak_window_s)
+        return
+    if not trace:
+        raise UserError("--trace: required (or --scenario NAME, a suite scenario)")
     if fleet is not None:
         from planner.commands.fleet_backtest import fleet_backtest
 
@@ -129,12 +149,10 @@ def _backtest_one(trace: Path, profile: Path, policy: tuple[PolicyFile, str], ou
                   warmup_s: float, frontier: bool, oracle_interval_s: float | None, yesterday: Path | None,
                   peak_window_s: float) -> None:
     from planner.profile import load_profile
-    from planner.sim.evaluate.backtest import run_backtest
-    from planner.sim.evaluate.frontier import offline_seed_quantiles
     from planner.sim.traces.loaders import load_requests
 
     console = out_console()
-    pol, prof = policy[0], load_profile(profile)
+    prof = load_profile(profile)
     _check_search(console, workers, offline_simulations, oracle_interval_s)
     if not (peak_window_s > 0 and math.isfinite(peak_window_s)):
         raise UserError(f"--peak-window-s: {peak_window_s!r} must be > 0", key="peak_window_s")
@@ -149,6 +167,48 @@ def _backtest_one(trace: Path, profile: Path, policy: tuple[PolicyFile, str], ou
                        scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s)
     before = (load_requests(yesterday, format, columns=parse_columns(columns), rate_scale=rate_scale,
                             scale_mode=scale_mode, seed=seed + 1) if yesterday is not None else None)
+    _run(console, tr, prof, policy, out, chosen, before, peak_window_s, startup_s, kill, seed, forecaster, workers,
+         offline_simulations, no_plots, dynamo_predictor, warmup_s, frontier,
+         {"format": format, "rate_scale": rate_scale, "scale_mode": scale_mode, "seed": seed})
+
+
+def _backtest_scenario(name: str, policy_path: Path | None, quantile: float | None, vary: str | None, out: Path,
+                       startup_s: float | None, baselines: str, kill: bool, seed: int, forecaster: str | None,
+                       workers: int | None, offline_simulations: int, no_plots: bool, dynamo_predictor: str,
+                       frontier: bool, peak_window_s: float) -> None:
+    """A suite scenario replayed as the suite and ``planner bench seeds`` replay it (its trace at ``seed``, its
+    profile, warm-up and own policy fields), with every output of a backtest: what a seed's run looked like."""
+    from planner.bench import scenarios
+
+    console = out_console()
+    if name not in scenarios.names():
+        raise UserError(f"--scenario: unknown {name}; allowed: {', '.join(scenarios.names())}")
+    s = scenarios.pick([name])[0]
+    scenarios.check_traces([s], None)
+    label = policy_path or scenarios.EXAMPLE_POLICY
+    pol, text = _policy(label, quantile, vary)
+    pol = scenarios.policy_for(s, pol)
+    _check_search(console, workers, offline_simulations, None)
+    chosen = [b.strip() for b in baselines.split(",") if b.strip()]
+    before = scenarios.yesterday_trace(s, scenarios.default_traces_dir(), seed) if "static-yesterday" in chosen else None
+    if "static-yesterday" in chosen and before is None:
+        raise UserError(f"--baselines: static-yesterday needs a previous day; scenario {name} has none "
+                        "(servegen-day has)", key="baselines")
+    tr = scenarios.scenario_trace(s, scenarios.default_traces_dir(), seed=seed)
+    _run(console, tr, scenarios.scenario_profile(s, pol), (pol, text), out, chosen, before,
+         scenarios.peak_window_s(s) if before is not None else peak_window_s, startup_s, kill, seed, forecaster,
+         workers, offline_simulations, no_plots, dynamo_predictor, scenarios.warmup_s(s, False), frontier,
+         {"format": s.fmt, "rate_scale": s.rate_scale, "scenario": name, "seed": seed})
+
+
+def _run(console: Console, tr: RequestTrace, prof: Profile, policy: tuple[PolicyFile, str], out: Path,
+         chosen: list[str], before: RequestTrace | None, peak_window_s: float, startup_s: float | None, kill: bool,
+         seed: int, forecaster: str | None, workers: int | None, offline_simulations: int, no_plots: bool,
+         dynamo_predictor: str, warmup_s: float, frontier: bool, meta: dict) -> None:
+    from planner.sim.evaluate.backtest import run_backtest
+    from planner.sim.evaluate.frontier import offline_seed_quantiles
+
+    pol = policy[0]
     _describe(console, tr, warmup_s)
     t0 = time.perf_counter()
     with phase_progress(console) as progress:
@@ -158,8 +218,7 @@ def _backtest_one(trace: Path, profile: Path, policy: tuple[PolicyFile, str], ou
                               offline_simulations=offline_simulations,
                               workers=min(2, os.cpu_count() or 1) if workers is None else workers,
                               progress=progress, dynamo_predictor=dynamo_predictor, warmup_s=warmup_s,
-                              trace_meta={"format": format, "rate_scale": rate_scale, "scale_mode": scale_mode,
-                                          "seed": seed})
+                              trace_meta=meta)
     front, result = _frontier(console, result, forecaster, workers, offline_simulations) if frontier else (None, result)
     result.report["timings_s"]["total"] = round(time.perf_counter() - t0, 2)
     result.report["sim"]["policy"] = policy[1]  # the file, and what --vary set on it

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from planner.sim.evaluate.backtest import BacktestResult
+from planner.sim.evaluate.decisions_log import write_decisions
 from planner.sim.evaluate.model_bias import AT_LOAD, SIGNALS, ratios
 
 
@@ -68,7 +69,8 @@ def render_markdown(report: dict) -> str:
     lines += _section_md(f"{BIAS_TITLE}; calibration.png", bias_lines(report))
     lines += _references_md(report)
     lines += ["", "Plots: load.png, replicas.png, latency.png, calibration.png (the sizing model's bias). "
-              "Per-interval records: timeline.csv.", ""]
+              "Per-interval records: timeline.csv; every controller tick, its reasons and the misses after it: "
+              "decisions.csv.", ""]
     return "\n".join(lines)
 
 
@@ -327,6 +329,8 @@ def write_report(result: BacktestResult, out: Path, plots: bool = True) -> list[
     paths[0].write_text(json.dumps(result.report, indent=1) + "\n")
     paths[1].write_text(render_markdown(result.report))
     paths.append(write_timelines(result, out))
+    sla = result.report["sla"]
+    paths.append(write_decisions(result.replays, float(sla["ttft_ms"]), float(sla["itl_ms"]), out))
     if plots:
         paths += write_plots(result, out)
     return paths
