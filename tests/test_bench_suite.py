@@ -4,6 +4,7 @@ input, and the quick suite end to end."""
 from __future__ import annotations
 
 import copy
+import csv
 import json
 from pathlib import Path
 
@@ -186,6 +187,14 @@ def _check_suite(out: Path, names: list[str], shown: str, fleets: tuple[str, ...
         assert sc["report"]["checks"]["lower_bound_le_offline"] is True
         assert (out / name / "frontier.png").stat().st_size > 10_000
         assert "## Frontier" in (out / name / "report.md").read_text()
+        # report.md points at the per-interval records: they are there, one set per policy scored (the offline
+        # schedule's left out: the suite may search it again after its replay)
+        with (out / name / "decisions.csv").open() as fh:
+            ticked = {r["policy"] for r in csv.DictReader(fh)}
+        with (out / name / "timeline.csv").open() as fh:
+            sampled = {r["policy"] for r in csv.DictReader(fh)}
+        policies = set(sc["report"]["policies"])
+        assert "planner" in ticked and ticked <= policies and sampled == policies
     assert all(n in shown for n in names) and "wall time:" in shown and "Targets" in shown
     return doc
 

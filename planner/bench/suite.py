@@ -27,7 +27,7 @@ from planner import __version__
 from planner.bench import scenarios, suite_fleet
 from planner.policy_file import PolicyFile
 from planner.profile import Profile
-from planner.sim.evaluate.backtest import BacktestResult, run_backtest, sim_setup
+from planner.sim.evaluate.backtest import OFFLINE_REPLAY, BacktestResult, run_backtest, sim_setup
 from planner.sim.evaluate.baselines.registry import DEFAULT_BASELINES
 from planner.sim.evaluate.frontier import (
     DYNAMO,
@@ -62,6 +62,7 @@ class Inputs:
 # Set in the parent, and in each worker by its initializer; the workers read them.
 _INPUTS: dict[str, Inputs] = {}
 _QUICK = False
+_OUT: Path | None = None  # where each backtest task writes its scenario's timeline.csv and decisions.csv
 _QUEUE: Any = None  # a SimpleQueue carrying progress from the workers
 _JOBS: dict[str, SweepJob] = {}  # per worker: each scenario's sweep job, built on its first point
 
@@ -71,7 +72,7 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     """Run the suite and write ``out``/suite.json (+ per-scenario reports); returns suite.json's content.
     ``policy_path``: a policy to compare instead of the example as shipped (its profile is swapped per scenario
     all the same)."""
-    global _QUICK, _QUEUE
+    global _QUICK, _QUEUE, _OUT
     t0, c0 = time.perf_counter(), time.process_time()
     chosen, fleets = suite_fleet.split(scenario_names)
     policy = scenarios.scenario_policy(policy_path)  # the file the user named first, then the data it runs on
@@ -82,7 +83,7 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
         own = scenarios.policy_for(s, policy)
         _INPUTS[s.name] = Inputs(s, scenarios.scenario_trace(s, traces_dir, quick), scenarios.scenario_profile(s, own),
                                  own, scenarios.warmup_s(s, quick), scenarios.yesterday_trace(s, traces_dir))
-    _QUICK = quick
+    _QUICK, _OUT = quick, out
     # The fleets first: the day's is the suite's longest task.
     tasks = [("fleet", f.name, _path(traces_dir), _path(policy_path), str(out)) for f in reversed(fleets)]
     tasks += _tasks(quick)
@@ -93,7 +94,7 @@ def run(console: Console, scenario_names: list[str] | None, quick: bool, traces_
     results: dict[tuple, Any] = {}
     cpu_s: dict[tuple, float] = {}
     with ctx.Pool(max(1, min(workers, len(tasks))), initializer=_init_worker,
-                  initargs=(dict(_INPUTS), quick, _QUEUE)) as pool:
+                  initargs=(dict(_INPUTS), quick, _QUEUE, out)) as pool:
         with _Progress(console, tasks) as bar:
             for task, value, cpu in pool.imap_unordered(_run_task, tasks):
                 results[task], cpu_s[task] = value, cpu
@@ -113,10 +114,10 @@ def _path(p: Path | None) -> str | None:
     return None if p is None else str(p)
 
 
-def _init_worker(inputs: dict[str, Inputs], quick: bool, queue: Any) -> None:
-    global _QUICK, _QUEUE
+def _init_worker(inputs: dict[str, Inputs], quick: bool, queue: Any, out: Path) -> None:
+    global _QUICK, _QUEUE, _OUT
     _INPUTS.update(inputs)
-    _QUICK, _QUEUE = quick, queue
+    _QUICK, _QUEUE, _OUT = quick, queue, out
 
 
 def _tasks(quick: bool) -> list[tuple]:
@@ -176,7 +177,23 @@ def _backtest(name: str) -> dict:
                        seed_quantiles=offline_seed_quantiles(inp.policy, _QUICK),
                        trace_meta={"format": inp.scenario.fmt, "rate_scale": inp.scenario.rate_scale,
                                    "scenario": name})
+    if _OUT is not None:
+        _write_records(res, _OUT / name)
     return res.report
+
+
+def _write_records(res: BacktestResult, folder: Path) -> None:
+    """The scenario's timeline.csv and decisions.csv, written where its replays are (the worker). The offline
+    schedule's replay is left out: the suite may search it again from frontier points afterwards (_reseed), and
+    report.json then holds a schedule this replay is not."""
+    from planner.sim.evaluate.decisions_log import write_decisions
+    from planner.sim.evaluate.report import write_timelines
+
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = {k: v for k, v in res.replays.items() if k != OFFLINE_REPLAY}
+    write_timelines(BacktestResult(res.report, kept, res.trace), folder)
+    sla = res.report["sla"]
+    write_decisions(kept, float(sla["ttft_ms"]), float(sla["itl_ms"]), folder)
 
 
 def _fleet(task: tuple) -> dict:

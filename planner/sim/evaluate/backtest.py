@@ -46,6 +46,9 @@ ACCEPTED = (*BASELINES, *REFERENCE_ALIASES)
 OFFLINE_SIMULATIONS = 24  # full simulations the offline search may spend
 
 
+OFFLINE_REPLAY = "offline"  # the offline schedule's replay in BacktestResult.replays
+
+
 @dataclass(frozen=True)
 class BacktestResult:
     report: dict
@@ -138,7 +141,7 @@ def run_backtest(trace: RequestTrace, profile: Profile, policy: PolicyFile, *, b
         "timings_s": timings,
     }
     report["checks"] = yardstick_checks(report)
-    replays["offline"] = offline.replay
+    replays[OFFLINE_REPLAY] = offline.replay
     return BacktestResult(report, replays, trace, ctx, config)
 
 
