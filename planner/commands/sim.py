@@ -48,8 +48,7 @@ FLEET_HELP = ("fleet YAML: replay every policy on its own trace (--trace POLICY=
 
 
 def backtest_cmd(
-    out: Annotated[Path, typer.Option(help="output directory (report.json, report.md, timeline.csv, "
-                                      "decisions.csv, PNG plots)")],
+    out: Annotated[Path, typer.Option(help="output directory (report.json/.md, timeline.csv, decisions.csv, plots)")],
     trace: Annotated[list[str] | None, typer.Option(help=TRACE_HELP)] = None,
     scenario: Annotated[str | None, typer.Option(help=SCENARIO_HELP)] = None,
     profile: Annotated[Path | None, typer.Option(help="profile JSON (not with --fleet: each policy's own)")] = None,
@@ -92,39 +91,27 @@ def backtest_cmd(
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
     if scenario is not None:
-        given = [flag for flag, on in (("--trace", trace is not None), ("--fleet", fleet is not None),
-                                       ("--profile", profile is not None), ("--format", format != "azure"),
-                                       ("--columns", columns is not None), ("--rate-scale", rate_scale != 1.0),
-                                       ("--scale-mode", scale_mode != "superpose"), ("--start-s", start_s is not None),
-                                       ("--duration-s", duration_s is not None), ("--warmup-s", warmup_s != 0.0),
-                                       ("--yesterday", yesterday is not None)) if on]
-        if given:
-            raise UserError(f"{given[0]}: not with --scenario (the scenario sets its trace, profile and warm-up)")
-        _backtest_scenario(scenario, policy, quantile, vary, out, startup_s, baselines, kill, seed, forecaster,
-                           workers, offline_simulations, no_plots, dynamo_predictor, frontier, peak_window_s)
-        return
-    if not trace:
-        raise UserError("--trace: required (or --scenario NAME, a suite scenario)")
+        _only_without_scenario(trace, fleet, profile, format, columns, rate_scale, scale_mode, start_s, duration_s,
+                               warmup_s, yesterday)
+        return _backtest_scenario(scenario, policy, quantile, vary, out, startup_s, baselines, kill, seed, forecaster,
+                                  workers, offline_simulations, no_plots, dynamo_predictor, frontier, peak_window_s)
     if fleet is not None:
-        from planner.commands.fleet_backtest import fleet_backtest
-
         _only_without_fleet((("--policy", policy is not None), ("--profile", profile is not None),
                              ("--frontier", frontier), ("--warmup-s", warmup_s != 0.0),
                              ("--yesterday", yesterday is not None), ("--quantile", quantile is not None),
                              ("--forecaster", forecaster is not None), ("--vary", vary is not None)))
-        fleet_backtest(fleet, trace, out, format=format, columns=parse_columns(columns), rate_scale=rate_scale,
-                       scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s, startup_s=startup_s,
-                       kill=kill, no_plots=no_plots)
-        return
-    policy, profile = _one_policy_args(trace, columns, policy, profile)
-    _backtest_one(Path(trace[0]), profile, _policy(policy, quantile, vary), out, format, columns, rate_scale, scale_mode, startup_s, baselines,
+        return _backtest_fleet(fleet, _required(trace), out, format, columns, rate_scale, scale_mode, seed, start_s, duration_s,
+                               startup_s, kill, no_plots)
+    path, policy, profile = _one_policy_args(trace, columns, policy, profile)
+    _backtest_one(path, profile, _policy(policy, quantile, vary), out, format, columns, rate_scale, scale_mode, startup_s, baselines,
                   kill, seed, duration_s, start_s, forecaster, workers, offline_simulations, no_plots,
                   dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s)
 
 
-def _one_policy_args(trace: list[str], columns: str | None, policy: Path | None, profile: Path | None
-                     ) -> tuple[Path, Path]:
-    """A backtest of one policy: its --policy and --profile, one trace file, no model column."""
+def _one_policy_args(trace: list[str] | None, columns: str | None, policy: Path | None, profile: Path | None
+                     ) -> tuple[Path, Path, Path]:
+    """A backtest of one policy: its trace file (one, no model column), --policy and --profile."""
+    trace = _required(trace)
     if "model=" in (columns or ""):
         raise UserError("--columns model=...: only with --fleet (it splits one trace among the fleet's policies)")
     missing = [flag for flag, v in (("--policy", policy), ("--profile", profile)) if v is None]
@@ -133,7 +120,37 @@ def _one_policy_args(trace: list[str], columns: str | None, policy: Path | None,
     if len(trace) != 1 or "=" in trace[0] and not Path(trace[0]).exists():
         raise UserError(f"--trace: give one trace file (POLICY=FILE is for --fleet); got {', '.join(trace)}")
     assert policy is not None and profile is not None
-    return policy, profile
+    return Path(trace[0]), policy, profile
+
+
+def _required(trace: list[str] | None) -> list[str]:
+    if not trace:
+        raise UserError("--trace: required (or --scenario NAME, a suite scenario)")
+    return trace
+
+
+def _only_without_scenario(trace: list[str] | None, fleet: Path | None, profile: Path | None, format: str,
+                           columns: str | None, rate_scale: float, scale_mode: str, start_s: float | None,
+                           duration_s: float | None, warmup_s: float, yesterday: Path | None) -> None:
+    """The flags that choose a trace, its profile or its warm-up: a scenario sets those itself."""
+    given = [flag for flag, on in (("--trace", trace is not None), ("--fleet", fleet is not None),
+                                   ("--profile", profile is not None), ("--format", format != "azure"),
+                                   ("--columns", columns is not None), ("--rate-scale", rate_scale != 1.0),
+                                   ("--scale-mode", scale_mode != "superpose"), ("--start-s", start_s is not None),
+                                   ("--duration-s", duration_s is not None), ("--warmup-s", warmup_s != 0.0),
+                                   ("--yesterday", yesterday is not None)) if on]
+    if given:
+        raise UserError(f"{given[0]}: not with --scenario (the scenario sets its trace, profile and warm-up)")
+
+
+def _backtest_fleet(fleet: Path, trace: list[str], out: Path, format: str, columns: str | None, rate_scale: float,
+                    scale_mode: str, seed: int, start_s: float | None, duration_s: float | None,
+                    startup_s: float | None, kill: bool, no_plots: bool) -> None:
+    from planner.commands.fleet_backtest import fleet_backtest
+
+    fleet_backtest(fleet, trace, out, format=format, columns=parse_columns(columns), rate_scale=rate_scale,
+                   scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s, startup_s=startup_s,
+                   kill=kill, no_plots=no_plots)
 
 
 def _only_without_fleet(flags: tuple[tuple[str, bool], ...]) -> None:

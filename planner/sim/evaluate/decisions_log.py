@@ -24,17 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from planner.sim.evaluate.replay import Replay
+from planner.sim.evaluate.scoring import met_targets
 
 REASON_SEP = "|"  # reason codes within a cell (a comma would split the CSV cell for readers that ignore quotes)
-
-
-def _missed(rep: Replay, ttft_ms: float, itl_ms: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    r = rep.results
-    failed = r["failed"].astype(bool)
-    with np.errstate(invalid="ignore"):
-        ttft = failed | ~(r["ttft_s"] * 1e3 <= ttft_ms)
-        itl = failed | ~(r["itl_mean_s"] * 1e3 <= itl_ms)
-    return r["arrival_s"], ttft, itl
 
 
 def decision_rows(rep: Replay, ttft_ms: float, itl_ms: float) -> list[dict[str, object]]:
@@ -42,7 +34,9 @@ def decision_rows(rep: Replay, ttft_ms: float, itl_ms: float) -> list[dict[str, 
     if not rep.decisions:
         return []
     ticks = np.array([d.at_s for d in rep.decisions])
-    arrival, ttft, itl = _missed(rep, ttft_ms, itl_ms)
+    arrival = rep.results["arrival_s"]
+    met_ttft, met_itl = met_targets(rep.results, ttft_ms, itl_ms)
+    ttft, itl = ~met_ttft, ~met_itl
     edges = np.append(ticks, math.inf)
     # Request i belongs to the last tick at or before its arrival; requests before the first tick to none.
     slot = np.searchsorted(edges, arrival, side="right") - 1

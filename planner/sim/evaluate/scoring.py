@@ -8,7 +8,7 @@ failed requests (killed, or unfinished ``tail_s`` after the last arrival) miss b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,14 @@ def direction_changes(targets: Sequence[tuple[float, dict[str, int]]]) -> int:
     return flips
 
 
+def met_targets(results: Mapping[str, np.ndarray], ttft_ms: float, itl_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per request: whether it met the TTFT target and whether it met the ITL target (a failed request meets
+    neither)."""
+    ok = ~results["failed"].astype(bool)
+    with np.errstate(invalid="ignore"):
+        return ok & (results["ttft_s"] * 1e3 <= ttft_ms), ok & (results["itl_mean_s"] * 1e3 <= itl_ms)
+
+
 def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
     """Scores of one replay; with a warm-up (``rep.score_from_s``), only what arrived and ran after it."""
     scored = rep.results["arrival_s"] >= rep.score_from_s
@@ -59,8 +67,7 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
     with np.errstate(invalid="ignore"):
         ttft_ms = np.where(ok, r["ttft_s"] * 1e3, np.nan)
         itl_ms = np.where(ok, r["itl_mean_s"] * 1e3, np.nan)
-        met_ttft = ok & (ttft_ms <= policy.sla.ttft_ms)
-        met_itl = ok & (itl_ms <= policy.sla.itl_ms)
+    met_ttft, met_itl = met_targets(r, policy.sla.ttft_ms, policy.sla.itl_ms)
     n = len(failed)
     hours = max(duration_s - rep.score_from_s, 1.0) / 3600.0
     targets = [(t, tg) for t, tg in rep.targets if t >= rep.score_from_s]
