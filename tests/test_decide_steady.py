@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from planner.config import Steady
+from planner.config import ScalingPolicy, ScalingRules, Steady
 from planner.decide import decide
 from planner.forecast.burst import rate_cv, rate_swing_cv
 from planner.policy_file import load_policy
@@ -168,17 +168,23 @@ def _decide_at(pol, rates: list[float], cvs: list[float | None]):
     return out
 
 
-def test_steady_load_gives_capacity_back_at_once_and_bursty_load_waits() -> None:
+def test_steady_load_gives_capacity_back_a_fifth_a_tick_and_bursty_load_waits() -> None:
+    """The steady rules have no window but give back at most 20 % of a pool per 30 s: one low read of a
+    clumped flat load must not take a pool 14 -> 10 in a tick (clumped-long's seed 3)."""
     pol = policy(**BIG, **STEADY)
-    rates = [200.0] * 4 + [50.0] * 4
-    steady = _decide_at(pol, rates, [0.1] * 8)
-    bursty = _decide_at(pol, rates, [0.9] * 8)
+    rates = [200.0] * 4 + [50.0] * 10
+    steady = _decide_at(pol, rates, [0.1] * 14)
+    bursty = _decide_at(pol, rates, [0.9] * 14)
     high, low = steady[3].pools["prefill"].replicas, steady[-1].pools["prefill"].desired_unclamped
-    assert high > low + 2
-    assert steady[4].pools["prefill"].replicas == low  # the first tick after the drop
+    assert high > 2 * low
+    sizes = [d.pools["prefill"].replicas for d in steady[3:]]
+    assert sizes[-1] == low  # reached within the ten ticks, and never below what the load asks
+    for before, after in zip(sizes, sizes[1:], strict=False):
+        assert after == max(low, math.floor(0.8 * before))  # a fifth of the pool a tick, floored, at once
+    assert Reason.SCALE_DOWN_LIMIT in steady[4].pools["prefill"].reasons
     assert steady[4].detail["scale_down_rules"] == "steady" and steady[4].detail["rate_cv"] == 0.1
-    assert [d.pools["prefill"].replicas for d in bursty[4:]] == [high] * 4  # held by the 240 s window
-    assert all(Reason.SCALE_DOWN_STABILIZED in d.pools["prefill"].reasons for d in bursty[4:])
+    assert [d.pools["prefill"].replicas for d in bursty[4:8]] == [high] * 4  # held by the 240 s window
+    assert all(Reason.SCALE_DOWN_STABILIZED in d.pools["prefill"].reasons for d in bursty[4:8])
     assert bursty[4].detail["scale_down_rules"] == "hedge"
 
 
@@ -196,7 +202,7 @@ def test_recommendations_are_remembered_for_the_hedges_window_under_the_steady_r
     memory = PoolMemory(target=10, recommendations=((-300.0, 12), (0.0, 10), (60.0, 9)))
     b = behave(8, 10, memory, 150.0, rules, pol.pool("prefill"), keep_s=keep_s)
     assert [t for t, _ in b.memory.recommendations] == kept
-    assert b.replicas == 8  # the steady rules give back at once either way
+    assert b.replicas == 8  # the steady rules give back at once either way (10 -> 8: a fifth of the pool)
 
 
 def test_the_controller_measures_burstiness_only_when_steady_rules_are_configured() -> None:
@@ -215,6 +221,8 @@ def test_the_example_ships_the_steady_rules() -> None:
     pol = load_policy(EXAMPLE)
     assert pol.behavior.steady == Steady()
     assert pol.behavior.steady.scale_down.stabilization_window_s == 0
+    [cap] = pol.behavior.steady.scale_down.policies
+    assert (cap.type, cap.value, cap.period_s) == ("percent", 20, 30)
 
 
 def test_a_bad_steady_block_names_the_key() -> None:
@@ -270,4 +278,7 @@ def test_steady_scale_down_yaml_is_the_hedge_with_steady_rules() -> None:
         data["behavior"].pop("steady")
     assert steady == hedge
     pol = load_policy(REPO / "policies" / "steady-scale-down.yaml")
-    assert pol.behavior.steady == Steady() and not pol.sla.budget_control
+    # the steady rules as first measured: any share given back at once (the default caps it at a fifth)
+    free = Steady(scale_down=ScalingRules(stabilization_window_s=0,
+                                          policies=[ScalingPolicy(type="percent", value=100, period_s=30)]))
+    assert pol.behavior.steady == free and not pol.sla.budget_control
