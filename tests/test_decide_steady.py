@@ -180,7 +180,7 @@ def test_steady_load_gives_capacity_back_a_fifth_a_tick_and_bursty_load_waits() 
     sizes = [d.pools["prefill"].replicas for d in steady[3:]]
     assert sizes[-1] == low  # reached within the ten ticks, and never below what the load asks
     for before, after in zip(sizes, sizes[1:], strict=False):
-        assert after == max(low, math.floor(0.8 * before))  # a fifth of the pool a tick, floored, at once
+        assert after == max(low, math.floor(0.8 * before))  # no window: a fifth of the pool every tick, floored
     assert Reason.SCALE_DOWN_LIMIT in steady[4].pools["prefill"].reasons
     assert steady[4].detail["scale_down_rules"] == "steady" and steady[4].detail["rate_cv"] == 0.1
     assert [d.pools["prefill"].replicas for d in bursty[4:8]] == [high] * 4  # held by the 240 s window
