@@ -22,6 +22,7 @@ from rich.table import Table
 
 from planner.bench import scenarios
 from planner.policy_file import PolicyFile
+from planner.sim.evaluate.miss_stretch import describe
 from planner.sim.evaluate.workers import process_context
 
 SCENARIO = "servegen"  # its trace file, format and profile; the hours replace its one scored hour
@@ -65,6 +66,8 @@ class Hour:
     requests: int
     policies: dict[str, tuple[float, float]]  # name -> (joint attainment, GPU-hours) over the scored window
     offline: tuple[float, float]
+    # The planner's five minutes with the most misses (planner/sim/evaluate/miss_stretch.py); None: none missed.
+    worst_misses: dict | None = None
 
 
 def starts(first_h: int, every_h: int, quick: bool) -> list[int]:
@@ -91,7 +94,7 @@ def _one(args: tuple[Job, PolicyFile]) -> Hour:
     pols = {k: (float(p["attainment_joint"]), float(p["gpu_hours"])) for k, p in rep["policies"].items()}
     off = rep["references"]["offline"]
     return Hour(job.start_h, job.start_h in SUITE_HOURS, int(rep["trace"]["scored_requests"]), pols,
-                (float(off["attainment_joint"]), float(off["gpu_hours"])))
+                (float(off["attainment_joint"]), float(off["gpu_hours"])), rep["policies"]["planner"].get("worst_misses"))
 
 
 def run(console: Console, policy: PolicyFile, hours: list[int], scale: float, quick: bool, traces: Path,
@@ -122,6 +125,9 @@ def summary(hours: list[Hour], sla_share: float) -> dict:
     return {
         "hours": len(hours), "sla_share": sla_share,
         "planner_below_sla": below, "planner_above_static": above,
+        # where each hour below the SLA lost it: the planner's five minutes with the most misses
+        "planner_below_sla_misses": {str(h.start_h): h.worst_misses for h in hours
+                                     if h.start_h in below and h.worst_misses is not None},
         "planner_attainment_min": min(h.policies["planner"][0] for h in hours),
         "planner_over_static": _spread(over_static), "planner_over_offline": _spread(over_offline),
         "perfect_over_offline": _spread(perfect),
@@ -174,6 +180,8 @@ def summary_lines(s: dict) -> list[str]:
         hours = s["planner_below_sla"] if key == "sla" else s["planner_above_static"]
         out.append(f"target: {target['text']}: " + ("[green]met[/]" if target["met"] else
                    f"[red]missed[/] on {len(hours)} of {s['hours']} (hours {', '.join(map(str, hours))})"))
+        if key == "sla":  # where each of those hours lost it
+            out.extend(f"  hour {h}: {describe(w)}" for h, w in s.get("planner_below_sla_misses", {}).items())
     for key, label in (("planner_over_static", "planner / static"), ("planner_over_offline", "planner / offline"),
                        ("perfect_over_offline", "perfect forecast / offline")):
         if s[key] is not None:

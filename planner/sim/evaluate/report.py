@@ -13,6 +13,7 @@ import numpy as np
 
 from planner.sim.evaluate.backtest import BacktestResult
 from planner.sim.evaluate.decisions_log import write_decisions
+from planner.sim.evaluate.miss_stretch import describe
 from planner.sim.evaluate.model_bias import AT_LOAD, SIGNALS, ratios
 
 
@@ -66,6 +67,7 @@ def render_markdown(report: dict) -> str:
         lines.append(_policy_row(name, p, off_h))
     lines += _section_md(POOLS_TITLE, pool_lines(report))
     lines += _postures_md(report)
+    lines += _section_md(MISSES_TITLE, miss_lines(report))
     lines += _section_md(f"{BIAS_TITLE}; calibration.png", bias_lines(report))
     lines += _references_md(report)
     lines += ["", "Plots: load.png, replicas.png, latency.png, calibration.png (the sizing model's bias). "
@@ -107,6 +109,18 @@ def _postures_md(report: dict) -> list[str]:
             out.append(f"- {name}: " + ", ".join(parts))
     return (["", "Error-budget postures (share of scored ticks; mean GPUs asked for in them):", *out]
             if out else [])
+
+
+MISSES_TITLE = "Below the SLA's percentile: each policy's five minutes with the most misses"
+
+
+def miss_lines(report: dict) -> list[str]:
+    """One line per policy below the SLA's percentile: where its misses came from (miss_stretch.py)."""
+    if "sla" not in report:  # a report cut down to its policies (a fleet's member, a test's)
+        return []
+    share = report["sla"]["percentile"] / 100.0
+    return [f"{name}: {describe(p['worst_misses'])}" for name, p in report["policies"].items()
+            if p.get("worst_misses") and (p["attainment_joint"] or 0.0) < share - 1e-12]
 
 
 BIAS_TITLE = "Sizing model bias (realised / predicted latency at the SLA percentile, median over scored samples)"

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.config import Policy
+from planner.sim.evaluate.miss_stretch import worst_stretch
 from planner.sim.evaluate.model_bias import AT_LOAD, model_bias
 from planner.sim.evaluate.postures import postures
 from planner.sim.evaluate.replay import Replay
@@ -108,6 +109,8 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
     shares = postures(rep.decisions, rep.score_from_s)
     if shares is not None:
         out["postures"] = shares
+    all_ttft, all_itl = met_targets(rep.results, policy.sla.ttft_ms, policy.sla.itl_ms)
+    out["worst_misses"] = worst_stretch(rep.results["arrival_s"], ~(all_ttft & all_itl), rep.score_from_s, duration_s)
     return out
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from planner.sim.evaluate.report import BIAS_TITLE, POOLS_TITLE, bias_lines, pool_lines
+from planner.sim.evaluate.report import (
+    BIAS_TITLE,
+    MISSES_TITLE,
+    POOLS_TITLE,
+    bias_lines,
+    miss_lines,
+    pool_lines,
+)
 
 
 def render_summary(report: dict, console: Console) -> None:
@@ -32,6 +39,9 @@ def render_summary(report: dict, console: Console) -> None:
     pools = pool_lines(report)
     if pools:
         console.print(f"{POOLS_TITLE}:\n" + "\n".join(f"  {line}" for line in pools), markup=False)
+    misses = miss_lines(report)
+    if misses:
+        console.print(f"{MISSES_TITLE}:\n" + "\n".join(f"  {line}" for line in misses), markup=False)
     bias = bias_lines(report)
     if bias:
         console.print(f"{BIAS_TITLE}:\n" + "\n".join(f"  {line}" for line in bias), markup=False)
