@@ -44,8 +44,9 @@ STEP = arrivals((0.0, 900.0, 10.0), (900.0, 1800.0, 20.0))
     # No warm-up and misses from the first second: no minutes before to read a rate against.
     pytest.param((0.0, 50.0), 0.0, 1800.0, {"start_s": 0.0, "misses": 500, "rate_vs_before": None, "before_s": 0.0},
                  id="nothing-before"),
-    # A scored window shorter than five minutes: one stretch, from its start.
-    pytest.param((1700.0, 1750.0), 1650.0, 1800.0, {"start_s": 0.0, "misses": 1000, "length_s": 300.0},
+    # A scored window shorter than five minutes: one stretch, from its start; its rate over what it holds.
+    pytest.param((1700.0, 1750.0), 1650.0, 1800.0,
+                 {"start_s": 0.0, "misses": 1000, "length_s": 300.0, "requests": 3000, "rate_vs_before": 1.0},
                  id="short-window"),
 ])
 def test_worst_stretch(missed_between: tuple[float, float], score_from_s: float, end_s: float, want: dict) -> None:

@@ -30,7 +30,7 @@ def worst_stretch(arrival_s: np.ndarray, missed: np.ndarray, score_from_s: float
     if len(arrival_s) != len(missed):
         raise ValueError(f"arrival_s and missed differ in length: {len(arrival_s)} and {len(missed)}")
     arrivals = np.sort(np.asarray(arrival_s, dtype=float))
-    misses = np.sort(arrivals_of(arrival_s, missed, score_from_s))
+    misses = np.sort(_arrivals_of(arrival_s, missed, score_from_s))
     if len(misses) == 0:
         return None
     last = max(score_from_s, end_s - length_s)
@@ -45,15 +45,16 @@ def worst_stretch(arrival_s: np.ndarray, missed: np.ndarray, score_from_s: float
     start = float(min(bins[dense], last))
     n = int(_count(misses, np.array([start]), np.array([start + length_s]))[0])
     lo = max(0.0, start - before_s)
-    inside = int(_count(arrivals, np.array([start]), np.array([start + length_s]))[0])
+    span = min(length_s, end_s - start)  # a scored window shorter than the stretch ends it
+    inside = int(_count(arrivals, np.array([start]), np.array([start + span]))[0])
     before = int(_count(arrivals, np.array([lo]), np.array([start]))[0])
-    ratio = (inside / length_s) / (before / (start - lo)) if start - lo >= step_s and before > 0 else None
+    ratio = (inside / span) / (before / (start - lo)) if start - lo >= step_s and before > 0 and span > 0 else None
     return {"start_s": round(start - score_from_s, 1), "length_s": length_s, "misses": n,
             "share_of_misses": round(n / len(misses), 4), "requests": inside,
             "rate_vs_before": None if ratio is None else round(ratio, 3), "before_s": round(start - lo, 1)}
 
 
-def arrivals_of(arrival_s: np.ndarray, missed: np.ndarray, score_from_s: float) -> np.ndarray:
+def _arrivals_of(arrival_s: np.ndarray, missed: np.ndarray, score_from_s: float) -> np.ndarray:
     """The arrival times of the scored requests that missed."""
     a = np.asarray(arrival_s, dtype=float)
     return a[(a >= score_from_s) & np.asarray(missed, dtype=bool)]
