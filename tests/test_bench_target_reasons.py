@@ -57,11 +57,15 @@ def test_a_run_below_the_percentile_names_its_postures_bias_and_bursts() -> None
     perfect = _entry(0.8885, 10.3, attainment_ttft=0.8885, attainment_itl=1.0,
                      postures={**POSTURES, "lean": {"share": 0.0, "mean_gpus": None},
                                "recovering": {"share": 0.9, "mean_gpus": 15.1}, "burning": {"share": 0.0}},
-                     model_bias_at_load={"ttft": {"median": 0.97, "p90": 2.17}, "itl": {"median": 1.0, "p90": 1.01}})
+                     model_bias_at_load={"ttft": {"median": 0.97, "p90": 2.17}, "itl": {"median": 1.0, "p90": 1.01}},
+                     worst_misses={"start_s": 1200.0, "length_s": 300.0, "misses": 4100, "share_of_misses": 0.41,
+                                   "requests": 9000, "rate_vs_before": 3.1, "before_s": 600.0})
     why = _by_target(_report(_entry(0.98, 10.9), perfect, dispersion=8.5), ABOVE)["perfect_forecast"]["why"]
     assert why.startswith("below the percentile: TTFT attained 88.85%, ITL 100.00%")
     assert "recovering 90% at 15.1 GPUs" in why and "TTFT median 0.97, p90 2.17" in why
     assert "index of dispersion at 1 s 8.50" in why
+    assert ("the worst five minutes: 4,100 of its misses (41%) in minutes 20-25 of the scored window; arrivals "
+            "there 3.10x the 10 minutes before") in why
     assert "over the GPU-hours" not in why  # 1.03x: within its 1.05x
     # Poisson arrivals are not offered as a reason
     calm = _by_target(_report(_entry(0.98, 10.9), perfect, dispersion=1.05), ABOVE)["perfect_forecast"]["why"]

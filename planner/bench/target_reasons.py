@@ -7,7 +7,8 @@ A target's ``detail`` says by how much; ``why`` says where the figure came from,
   over the offline schedule, which spends the window's budget where it is cheapest), the attainment left above
   the percentile, and the error-budget postures the scored ticks spent in (planner/sim/evaluate/postures.py);
 - a run below the percentile: the postures, the sizing model's bias at the load that came (realised over
-  predicted above 1: sized short) and how bursty the arrivals were (index of dispersion at 1 s; Poisson: 1);
+  predicted above 1: sized short), how bursty the arrivals were (index of dispersion at 1 s; Poisson: 1) and the
+  five minutes with the most misses (planner/sim/evaluate/miss_stretch.py);
 - a frontier: the other policy's point that undercuts the planner's envelope, beside the planner's cheapest point
   attaining as much.
 """
@@ -20,6 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from planner.sim.evaluate.envelope import cost_at, pareto
+from planner.sim.evaluate.miss_stretch import describe
 
 PERFECT = "planner+perfect-forecast"  # the planner fed the true load (scenarios.py uses this name)
 NOT_LEAN = ("burning", "recovering", "unmeasured", "held")
@@ -65,7 +67,9 @@ def _burst_text(report: Mapping) -> str | None:
 
 def below_percentile(report: Mapping, entry: Mapping) -> str:
     """Why a run ended below the SLA's percentile."""
-    parts = [t for t in (postures_text(entry), _bias_text(entry), _burst_text(report)) if t]
+    worst = entry.get("worst_misses")
+    parts = [t for t in (postures_text(entry), _bias_text(entry), _burst_text(report),
+                         worst and "the worst five minutes: " + describe(worst)) if t]
     att_t, att_i = entry.get("attainment_ttft"), entry.get("attainment_itl")
     if att_t is not None and att_i is not None:
         parts.insert(0, f"TTFT attained {att_t:.2%}, ITL {att_i:.2%}")
