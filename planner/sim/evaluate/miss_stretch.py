@@ -43,11 +43,11 @@ def worst_stretch(arrival_s: np.ndarray, missed: np.ndarray, score_from_s: float
     per_step = _count(misses, bins, bins + step_s)
     dense = int(np.argmax(per_step >= max(1.0, 0.1 * float(per_step.max()))))
     start = float(min(bins[dense], last))
-    n = int(_count(misses, np.array([start]), np.array([start + length_s]))[0])
+    n = int(_count(misses, start, start + length_s))
     lo = max(0.0, start - before_s)
     span = min(length_s, end_s - start)  # a scored window shorter than the stretch ends it
-    inside = int(_count(arrivals, np.array([start]), np.array([start + span]))[0])
-    before = int(_count(arrivals, np.array([lo]), np.array([start]))[0])
+    inside = int(_count(arrivals, start, start + span))
+    before = int(_count(arrivals, lo, start))
     ratio = (inside / span) / (before / (start - lo)) if start - lo >= step_s and before > 0 and span > 0 else None
     return {"start_s": round(start - score_from_s, 1), "length_s": length_s, "misses": n,
             "share_of_misses": round(n / len(misses), 4), "requests": inside,
@@ -60,8 +60,8 @@ def _arrivals_of(arrival_s: np.ndarray, missed: np.ndarray, score_from_s: float)
     return a[(a >= score_from_s) & np.asarray(missed, dtype=bool)]
 
 
-def _count(sorted_s: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """How many of ``sorted_s`` lie in each [lo, hi)."""
+def _count(sorted_s: np.ndarray, lo: np.ndarray | float, hi: np.ndarray | float) -> np.ndarray:
+    """How many of ``sorted_s`` lie in [lo, hi) (each, for arrays of bounds)."""
     return np.searchsorted(sorted_s, hi, "left") - np.searchsorted(sorted_s, lo, "left")
 
 

@@ -63,12 +63,13 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
     """Scores of one replay; with a warm-up (``rep.score_from_s``), only what arrived and ran after it."""
     scored = rep.results["arrival_s"] >= rep.score_from_s
     r = {k: v[scored] for k, v in rep.results.items()}
+    all_ttft, all_itl = met_targets(rep.results, policy.sla.ttft_ms, policy.sla.itl_ms)
     failed = r["failed"]
     ok = ~failed
     with np.errstate(invalid="ignore"):
         ttft_ms = np.where(ok, r["ttft_s"] * 1e3, np.nan)
         itl_ms = np.where(ok, r["itl_mean_s"] * 1e3, np.nan)
-    met_ttft, met_itl = met_targets(r, policy.sla.ttft_ms, policy.sla.itl_ms)
+    met_ttft, met_itl = all_ttft[scored], all_itl[scored]
     n = len(failed)
     hours = max(duration_s - rep.score_from_s, 1.0) / 3600.0
     targets = [(t, tg) for t, tg in rep.targets if t >= rep.score_from_s]
@@ -109,7 +110,6 @@ def summarise(rep: Replay, policy: Policy, duration_s: float) -> dict:
     shares = postures(rep.decisions, rep.score_from_s)
     if shares is not None:
         out["postures"] = shares
-    all_ttft, all_itl = met_targets(rep.results, policy.sla.ttft_ms, policy.sla.itl_ms)
     out["worst_misses"] = worst_stretch(rep.results["arrival_s"], ~(all_ttft & all_itl), rep.score_from_s, duration_s)
     return out
 

@@ -36,15 +36,10 @@ def render_summary(report: dict, console: Console) -> None:
         table.add_row("[dim]lower bound[/]", "", "", "", "", "", f"{lb['gpu_hours']:.2f}",
                       f"{lb['gpu_hours'] / off_h:.2f}" if off_h else "-", "", "", "")
     console.print(table)
-    pools = pool_lines(report)
-    if pools:
-        console.print(f"{POOLS_TITLE}:\n" + "\n".join(f"  {line}" for line in pools), markup=False)
-    misses = miss_lines(report)
-    if misses:
-        console.print(f"{MISSES_TITLE}:\n" + "\n".join(f"  {line}" for line in misses), markup=False)
-    bias = bias_lines(report)
-    if bias:
-        console.print(f"{BIAS_TITLE}:\n" + "\n".join(f"  {line}" for line in bias), markup=False)
+    for title, lines in ((POOLS_TITLE, pool_lines(report)), (MISSES_TITLE, miss_lines(report)),
+                         (BIAS_TITLE, bias_lines(report))):
+        if lines:
+            console.print(f"{title}:\n" + "\n".join(f"  {line}" for line in lines), markup=False)
     checks = report.get("checks", {})
     if not checks.get("lower_bound_le_offline", True):
         console.print("[bold red]BROKEN YARDSTICK: the lower bound is above the offline schedule[/]")
