@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -38,6 +38,8 @@ QUICK_OFFLINE_SIMULATIONS = 6
 # stopped at 99 % attainment, one replica per pool above the static pool that meets the SLA (ServeGen hour 15:
 # 8.01 GPU-h at 99.14 % against 7.02 at 95.60 % with it).
 BASELINES = ("static", "clairvoyant", "dynamo-throughput")
+PERFECT = "planner+perfect-forecast"
+BY_POOL = ("planner", PERFECT, "static")  # the policies whose GPU-hours an hour keeps per pool
 
 
 def _suite_hours() -> frozenset[int]:
@@ -68,6 +70,9 @@ class Hour:
     offline: tuple[float, float]
     # The planner's five minutes with the most misses (planner/sim/evaluate/miss_stretch.py); None: none missed.
     worst_misses: dict | None = None
+    # name -> pool -> GPU-hours over the scored window (the planner, fed the true load, static): where an hour
+    # above static spent its GPUs
+    by_pool: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def starts(first_h: int, every_h: int, quick: bool) -> list[int]:
@@ -92,9 +97,12 @@ def _one(args: tuple[Job, PolicyFile]) -> Hour:
                           offline_simulations=QUICK_OFFLINE_SIMULATIONS if job.quick else OFFLINE_SIMULATIONS)
     rep = result.report
     pols = {k: (float(p["attainment_joint"]), float(p["gpu_hours"])) for k, p in rep["policies"].items()}
+    by_pool = {k: {pool: float(g) for pool, g in p.get("gpu_hours_by_pool", {}).items()}
+               for k, p in rep["policies"].items() if k in BY_POOL}
     off = rep["references"]["offline"]
     return Hour(job.start_h, job.start_h in SUITE_HOURS, int(rep["trace"]["scored_requests"]), pols,
-                (float(off["attainment_joint"]), float(off["gpu_hours"])), rep["policies"]["planner"].get("worst_misses"))
+                (float(off["attainment_joint"]), float(off["gpu_hours"])), rep["policies"]["planner"].get("worst_misses"),
+                by_pool)
 
 
 def run(console: Console, policy: PolicyFile, hours: list[int], scale: float, quick: bool, traces: Path,
@@ -128,6 +136,8 @@ def summary(hours: list[Hour], sla_share: float) -> dict:
         # where each hour below the SLA lost it: the planner's five minutes with the most misses
         "planner_below_sla_misses": {str(h.start_h): h.worst_misses for h in hours
                                      if h.start_h in below and h.worst_misses is not None},
+        # where each hour above static spent its GPUs: per pool, and whether fed the true load spent them too
+        "planner_above_static_gpus": {str(h.start_h): above_static(h) for h in hours if h.start_h in above},
         "planner_attainment_min": min(h.policies["planner"][0] for h in hours),
         "planner_over_static": _spread(over_static), "planner_over_offline": _spread(over_offline),
         "perfect_over_offline": _spread(perfect),
@@ -137,6 +147,39 @@ def summary(hours: list[Hour], sla_share: float) -> dict:
                        "met": not above},
         },
     }
+
+
+def above_static(hour: Hour) -> dict:
+    """An hour the planner spent more than static on: both policies' GPU-hours and attainment, each pool's GPU-hours
+    (planner, static; pools by the planner's excess, largest first) and the planner's fed the true load."""
+    (pl_att, pl_gpu), (st_att, st_gpu) = hour.policies["planner"], hour.policies["static"]
+    mine, theirs = hour.by_pool.get("planner", {}), hour.by_pool.get("static", {})
+    pools = sorted(set(mine) | set(theirs), key=lambda p: theirs.get(p, 0.0) - mine.get(p, 0.0))
+    perfect = hour.policies.get(PERFECT)
+    return {"planner": [pl_att, pl_gpu], "static": [st_att, st_gpu],
+            "pools": {p: [mine.get(p, 0.0), theirs.get(p, 0.0)] for p in pools},
+            "perfect_forecast_gpu_hours": None if perfect is None else perfect[1]}
+
+
+def describe_above(a: dict) -> str:
+    """One line: '1.41x static (9.91 against 7.03 GPU-h, 99.13% against 95.60%): decode +1.72 (3.73 against
+    2.01), prefill +1.16 (...); fed the true load 9.63, above static too: its sizing and guards, not the forecast'."""
+    (pl_att, pl_gpu), (st_att, st_gpu) = a["planner"], a["static"]
+    text = (f"{pl_gpu / st_gpu:.2f}x static ({pl_gpu:.2f} against {st_gpu:.2f} GPU-h, {pl_att:.2%} against "
+            f"{st_att:.2%})" if st_gpu > 0 else f"{pl_gpu:.2f} GPU-h against static's none")
+    # round() + 0.0: a tie prints +0.00, not -0.00
+    pools = [f"{p} {round(mine - theirs, 2) + 0.0:+.2f} ({mine:.2f} against {theirs:.2f})"
+             for p, (mine, theirs) in a["pools"].items()]
+    if pools:
+        text += ": " + ", ".join(pools)
+    perfect = a["perfect_forecast_gpu_hours"]
+    if perfect is not None:
+        # Fed the true load and still above static: what the planner adds is its sizing and guards (each interval
+        # at the percentile, whole replicas, the flap guards), not the forecast's headroom or the hedge.
+        why = ("above static too: its sizing and guards, not the forecast" if perfect > st_gpu + 1e-9
+               else "within static: the forecast's headroom and the hedge")
+        text += f"; fed the true load {perfect:.2f}, {why}"
+    return text
 
 
 def _ref(hour: Hour, ref: str) -> float:
@@ -182,6 +225,8 @@ def summary_lines(s: dict) -> list[str]:
                    f"[red]missed[/] on {len(hours)} of {s['hours']} (hours {', '.join(map(str, hours))})"))
         if key == "sla":  # where each of those hours lost it
             out.extend(f"  hour {h}: {describe(w)}" for h, w in s.get("planner_below_sla_misses", {}).items())
+        else:  # where each of those hours spent its GPUs
+            out.extend(f"  hour {h}: {describe_above(a)}" for h, a in s.get("planner_above_static_gpus", {}).items())
     for key, label in (("planner_over_static", "planner / static"), ("planner_over_offline", "planner / offline"),
                        ("perfect_over_offline", "perfect forecast / offline")):
         if s[key] is not None:
