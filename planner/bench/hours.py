@@ -22,6 +22,7 @@ from rich.table import Table
 
 from planner.bench import scenarios
 from planner.policy_file import PolicyFile
+from planner.sim.evaluate.clairvoyant import NAME as PERFECT
 from planner.sim.evaluate.miss_stretch import describe
 from planner.sim.evaluate.workers import process_context
 
@@ -38,7 +39,6 @@ QUICK_OFFLINE_SIMULATIONS = 6
 # stopped at 99 % attainment, one replica per pool above the static pool that meets the SLA (ServeGen hour 15:
 # 8.01 GPU-h at 99.14 % against 7.02 at 95.60 % with it).
 BASELINES = ("static", "clairvoyant", "dynamo-throughput")
-PERFECT = "planner+perfect-forecast"
 BY_POOL = ("planner", PERFECT, "static")  # the policies whose GPU-hours an hour keeps per pool
 
 
@@ -127,7 +127,7 @@ def summary(hours: list[Hour], sla_share: float) -> dict:
 
     over_static = ratios("planner", "static")
     over_offline = ratios("planner", "offline")
-    perfect = ratios("planner+perfect-forecast", "offline")
+    perfect = ratios(PERFECT, "offline")
     below = [h.start_h for h in hours if h.policies["planner"][0] < sla_share - 1e-12]
     above = [h.start_h for h in hours if h.policies["planner"][1] > h.policies["static"][1] + 1e-9]
     return {
@@ -196,7 +196,7 @@ def table(hours: list[Hour], sla_share: float) -> Table:
                 "dynamo-throughput", "offline schedule"):
         t.add_column(col, justify="left" if col == "day hh:00" else "right")
     for h in hours:
-        pl, pf, st = h.policies["planner"], h.policies["planner+perfect-forecast"], h.policies["static"]
+        pl, pf, st = h.policies["planner"], h.policies[PERFECT], h.policies["static"]
         dy = h.policies.get("dynamo-throughput")
         mark = " (suite)" if h.in_suite else ""
         t.add_row(str(h.start_h), f"day {h.start_h // 24 + 1} {h.start_h % 24:02d}:00{mark}", f"{h.requests:,}",
@@ -251,14 +251,14 @@ def plot(path: Path, hours: list[Hour], sla_share: float) -> Path:
     x = [h.start_h for h in hours]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     for name, ref, color in (("planner", "static", "C0"), ("planner", "offline", "C1"),
-                             ("planner+perfect-forecast", "offline", "C2")):
+                             (PERFECT, "offline", "C2")):
         top.plot(x, [h.policies[name][1] / _ref(h, ref) if _ref(h, ref) > 0 else float("nan") for h in hours],
                  "o-", color=color, ms=3, lw=1, label=f"{name} / {ref}")
     top.axhline(1.0, color="k", ls=":", lw=1)
     top.set_ylabel("GPU-hours ratio")
     top.legend(fontsize=8)
     top.grid(True, alpha=0.3)
-    for name, color in (("planner", "C0"), ("static", "C3"), ("planner+perfect-forecast", "C2")):
+    for name, color in (("planner", "C0"), ("static", "C3"), (PERFECT, "C2")):
         bottom.plot(x, [100 * h.policies[name][0] for h in hours], "o-", color=color, ms=3, lw=1, label=name)
     bottom.axhline(100 * sla_share, color="k", ls=":", lw=1)
     bottom.set_ylabel("joint SLA attainment %")
