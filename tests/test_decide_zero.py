@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from planner.decide import decide
-from planner.decide.state import PlannerState
+from planner.decide.state import PlannerState, PoolMemory
 from planner.errors import UserError
 from planner.types import NoData, NoDataReason, Observation, Reason
 from tests.support.decide_support import FREE, load_forecast, observation, policy, spec
@@ -132,3 +132,21 @@ def test_a_wake_never_exceeds_the_ceiling_nor_lowers_a_pool_that_is_up() -> None
     state = state.with_pool("decode", replace(state.pool("decode"), target=3))  # decode was moved to 3 meanwhile
     d, _ = decide(sp, Observation(t + 1, 30.0, {}, waiting=1), None, state, t + 1)
     assert d.targets() == {"prefill": 1, "decode": 3}
+
+
+@pytest.mark.parametrize("max_gpus, expected", [
+    (2, {"prefill": 1, "decode": 1}),  # the idle window's replicas alone take 3 GPUs: a promise, as floors are
+    (3, {"prefill": 1, "decode": 1}),
+    (4, {"prefill": 2, "decode": 1}),  # within budget: the scale-down limit's 2 stands
+])
+def test_the_idle_windows_replica_fits_the_budget_beside_a_pool_still_scaling_down(max_gpus: int,
+                                                                                  expected: dict) -> None:
+    """Stage 7 wakes decode to one (2-GPU) replica after stage 5 fitted the budget: prefill, held at 2 by its
+    scale-down limit (from 3), gives way, as to a floor (found by the floors-and-budget property: 4 GPUs of 2)."""
+    sp = spec(policy(pools={"prefill": {"min_replicas": 0, "max_replicas": 2},
+                            "decode": {"min_replicas": 0, "max_replicas": 1}}, budget={"max_gpus": max_gpus}))
+    state = PlannerState(pools={"prefill": PoolMemory(target=3), "decode": PoolMemory(target=0)})
+    d, _ = decide(sp, observation(0.0, 0.0), load_forecast(0.0), state, 0.0)
+    assert d.targets() == expected
+    assert (Reason.BUDGET in d.pools["prefill"].reasons) == (expected["prefill"] < 2)
+    assert Reason.IDLE_WINDOW in d.pools["decode"].reasons

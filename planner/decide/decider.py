@@ -50,7 +50,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from planner.decide.behavior import Recommended, commit, current_replicas, recommend
-from planner.decide.budget import apply_budget
+from planner.decide.budget import apply_budget, fit_budget
 from planner.decide.calibration import Factors, calibrate
 from planner.decide.capacity import Load, Sizing, aggregated_latency_ms, decode_itl_ms, prefill_ttft_ms
 from planner.decide.demand import Demand, Hold, check_data, demand, finite, measured_idle, observed_load
@@ -136,10 +136,21 @@ def idle_window(spec: DeciderSpec, final: Mapping[Pool, tuple[int, tuple[Reason,
     state = replace(state, last_traffic_s=last)
     if idle and now_s - last >= spec.policy.scale_to_zero_after_s:
         return {p: (0, why if n == 0 else (*why, Reason.ZERO_TRAFFIC)) for p, (n, why) in out.items()}, state
-    for pool, (n, why) in out.items():
-        if n == 0:
-            out[pool] = (1, (*why, Reason.IDLE_WINDOW if idle else Reason.WAKE_TOGETHER))
-    return out, state
+    woken = [pool for pool, (n, _) in out.items() if n == 0]
+    for pool in woken:
+        n, why = out[pool]
+        out[pool] = (1, (*why, Reason.IDLE_WINDOW if idle else Reason.WAKE_TOGETHER))
+    return (_within_budget(spec, out) if woken else out), state
+
+
+def _within_budget(spec: DeciderSpec, out: Mapping[Pool, tuple[int, tuple[Reason, ...]]]
+                   ) -> dict[Pool, tuple[int, tuple[Reason, ...]]]:
+    """The idle window's one replica a pool is a promise, as a floor is, made after stage 5 fitted the budget: the
+    pools above one replica give way to it within ``budget.max_gpus`` (reason budget). A prefill pool held at 2 by
+    its scale-down limit beside a decode pool woken to one 2-GPU replica had asked 4 GPUs of a budget of 2."""
+    alloc, cut = fit_budget({p: n for p, (n, _) in out.items()}, {p: spec.gpus(p) for p in out},
+                            {p: 1 for p in out}, spec.policy.budget.max_gpus, lambda _p, _c: 0.0)
+    return {p: (alloc[p], (*why, Reason.BUDGET) if p in cut else why) for p, (_, why) in out.items()}
 
 
 def _only_waiting(spec: DeciderSpec, observation: Observation | NoData) -> bool:
