@@ -138,8 +138,7 @@ def idle_window(spec: DeciderSpec, final: Mapping[Pool, tuple[int, tuple[Reason,
         return {p: (0, why if n == 0 else (*why, Reason.ZERO_TRAFFIC)) for p, (n, why) in out.items()}, state
     woken = [pool for pool, (n, _) in out.items() if n == 0]
     for pool in woken:
-        n, why = out[pool]
-        out[pool] = (1, (*why, Reason.IDLE_WINDOW if idle else Reason.WAKE_TOGETHER))
+        out[pool] = (1, (*out[pool][1], Reason.IDLE_WINDOW if idle else Reason.WAKE_TOGETHER))
     return (_within_budget(spec, out) if woken else out), state
 
 
@@ -147,7 +146,10 @@ def _within_budget(spec: DeciderSpec, out: Mapping[Pool, tuple[int, tuple[Reason
                    ) -> dict[Pool, tuple[int, tuple[Reason, ...]]]:
     """The idle window's one replica a pool is a promise, as a floor is, made after stage 5 fitted the budget: the
     pools above one replica give way to it within ``budget.max_gpus`` (reason budget). A prefill pool held at 2 by
-    its scale-down limit beside a decode pool woken to one 2-GPU replica had asked 4 GPUs of a budget of 2."""
+    its scale-down limit beside a decode pool woken to one 2-GPU replica had asked 4 GPUs of a budget of 2.
+    The cut is ordered by the share each pool would lose, not by SLA pressure: a pool is at zero here when the demand
+    is zero (what other pools hold above one replica no load needs) or when stage 5 could not give it a replica at
+    all (and then little of the budget is left above one replica each to order)."""
     alloc, cut = fit_budget({p: n for p, (n, _) in out.items()}, {p: spec.gpus(p) for p in out},
                             {p: 1 for p in out}, spec.policy.budget.max_gpus, lambda _p, _c: 0.0)
     return {p: (alloc[p], (*why, Reason.BUDGET) if p in cut else why) for p, (_, why) in out.items()}
