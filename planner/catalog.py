@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 from planner.perf.hardware import HardwareSpec
 from planner.perf.model import ModelConfigError, ModelSpec, model_from_hf_config
 
@@ -51,6 +51,8 @@ def load_model(name_or_path: str) -> ModelSpec:
         cfg: Any = json.loads(path.read_text())
     except FileNotFoundError:
         raise UserError(f"model {name_or_path!r}: file {path} not found", key="model") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc) from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except OSError as exc:

@@ -29,7 +29,7 @@ from planner.commands import (
     up,
 )
 from planner.commands.guards import check_writable, within
-from planner.errors import InfeasibleError, UserError
+from planner.errors import InfeasibleError, UserError, not_utf8
 
 
 # Typer builds its commands on its own copy of click (typer._click), so commands and options are recognised
@@ -82,6 +82,8 @@ def _flags_on_error(callback: Callable[..., Any], flags: dict[str, str]) -> Call
             return callback(*args, **kwargs)
         except UserError as exc:
             raise exc.for_flags(flags) from exc
+        except UnicodeDecodeError as exc:  # a reader that does not name its file (they should: errors.not_utf8)
+            raise not_utf8("an input file", exc, whole_file=False) from None
         except OSError as exc:
             names = [n for n in (exc.filename2, exc.filename) if n is not None]  # a rename's target first
             hit = next(((f, p, n) for n in names for f, p in outputs.items() if within(p, n)), None)

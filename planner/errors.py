@@ -62,6 +62,15 @@ class UserError(Exception):
         return UserError(text)
 
 
+def not_utf8(path: object, exc: UnicodeDecodeError, whole_file: bool = True, key: str | None = None) -> UserError:
+    """The one-line error for a file that is not UTF-8 text: the file, the first byte that is not and, where
+    the whole file was decoded at once, its line (a streamed read only knows its chunk)."""
+    byte = bytes(exc.object[exc.start:exc.start + 1]).hex()
+    line = bytes(exc.object[:exc.start]).count(b"\n") + 1
+    where = f" on line {line}" if whole_file else ""
+    return UserError(f"{path}: not UTF-8 text (byte 0x{byte}{where}); save it as UTF-8", key=key)
+
+
 class InfeasibleError(Exception):
     """The SLA cannot be met by any configuration. CLI exit code 3."""
 

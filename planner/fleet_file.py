@@ -26,10 +26,11 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from planner.decide.spec import DeciderSpec
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 from planner.policy_file import PolicyFile, _format_error, load_policy
 from planner.profile import Profile, load_profile
 from planner.schema import StrictModel
+from planner.yaml_unique import duplicate, load_unique
 
 
 class FleetBudget(StrictModel):
@@ -171,13 +172,15 @@ def _check(fleet: Fleet) -> None:
 def load_fleet(path: str | Path) -> Fleet:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_unique(p.read_text())
     except FileNotFoundError:
         raise UserError(f"{p}: fleet file not found") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(p, exc) from None
     except OSError as exc:
         raise UserError(f"{p}: cannot read fleet file ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise UserError(f"{p}: not valid YAML{where}") from None
+        raise UserError(f"{p}: not valid YAML{where}{duplicate(exc)}") from None
     return parse_fleet(data, str(p), p.resolve().parent)

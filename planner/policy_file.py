@@ -20,11 +20,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from planner.actuators.registry import names as actuator_kinds
 from planner.actuators.settings import ActuatorSettings
 from planner.config import ForecastConfig, Policy
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 from planner.forecast.registry import names as forecast_models
 from planner.schema import one_of
 from planner.sources.dialects import dialect_names
 from planner.sources.settings import MetricsSettings
+from planner.yaml_unique import duplicate, load_unique
 
 
 class _Forecast(ForecastConfig):
@@ -130,12 +131,14 @@ def load_policy(path: str | Path) -> PolicyFile:
 def read_policy_data(p: Path) -> Any:
     """The policy file's YAML as data, not yet checked (one-line errors for a missing or unreadable file)."""
     try:
-        return yaml.safe_load(p.read_text())
+        return load_unique(p.read_text())
     except FileNotFoundError:
         raise UserError(f"{p}: policy file not found") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(p, exc) from None
     except OSError as exc:
         raise UserError(f"{p}: cannot read policy ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise UserError(f"{p}: not valid YAML{where}") from None
+        raise UserError(f"{p}: not valid YAML{where}{duplicate(exc)}") from None

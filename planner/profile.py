@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 from planner.perf.curves import DecodeCurve, PrefillCurve
 from planner.types import Mode
 
@@ -197,6 +197,8 @@ def load_profile(path: str | Path) -> Profile:
         text = p.read_text()
     except FileNotFoundError:
         raise UserError(f"{p}: profile file not found") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(p, exc) from None
     except OSError as exc:
         raise UserError(f"{p}: cannot read profile ({exc.strerror})") from None
     try:

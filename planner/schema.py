@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any, get_args
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 
-class StrictModel(BaseModel):
+def _takes_bool(annotation: Any) -> bool:
+    if annotation in (bool, Any, object) or isinstance(annotation, bool):  # bool, or a Literal's True/False
+        return True
+    return any(_takes_bool(a) for a in get_args(annotation))
+
+
+class NoBoolNumbers(BaseModel):
+    """``true`` is not a number: pydantic's lax mode reads it as 1 for an int or float field, so
+    ``sla.ttft_ms: true`` would become a 1 ms target and ``min_replicas: true`` a floor of one."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and not _takes_bool(field.annotation):
+                raise ValueError(f"{str(value).lower()} is a boolean, not a {_kind(field.annotation)}")
+        return value
+
+
+def _kind(annotation: Any) -> str:
+    kinds = {a for a in (annotation, *get_args(annotation)) if a in (int, float, str)}
+    return "number" if kinds & {int, float} else "string" if str in kinds else "value of this field"
+
+
+class StrictModel(NoBoolNumbers):
     """Unknown keys are errors (a typo must not become a silent default); records are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

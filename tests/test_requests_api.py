@@ -81,13 +81,40 @@ def test_submit_follow_and_fetch_artifacts(api: Running, tmp_path: Path) -> None
     (spec_data(model={"name": "qwen3-33b"}), "model.name", "unknown model"),
     (spec_data(auto_apply=True), "auto_apply", "ProfileRequest objects in a cluster"),
     (spec_data(**{"workload.request_rate": None}), "workload.request_rate", "exactly one"),
-], ids=["range", "extra", "unknown-model", "auto-apply-over-http", "no-rate"])
+    # pydantic's lax mode would read true as 1: a 1 ms target
+    (spec_data(**{"sla.ttft_ms": True}), "sla.ttft_ms", "true is a boolean, not a number"),
+    # it goes into the policy's PromQL selectors (model_name="...") that `planner observe` then rejected
+    (spec_data(model={"name": "qwen3-32b", "served_name": 'Qwen/"x"'}), "model.served_name", "without spaces, quotes"),
+], ids=["range", "extra", "unknown-model", "auto-apply-over-http", "no-rate", "bool-as-number", "quote-in-name"])
 def test_bad_requests_get_422_with_field_messages(api: Running, body: dict, field: str, words: str) -> None:
     reply = api.client.post(URL, json=body)
     assert reply.status_code == 422
     detail = {d["field"]: d["msg"] for d in reply.json()["detail"]}
     assert field in detail and words in detail[field], detail
     assert api.client.get(URL).json() == []  # nothing was queued or stored
+
+
+AZURE_HEADER = b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
+CSV_COLUMNS = {"arrival": "t", "isl": "i", "osl": "o"}
+
+
+@pytest.mark.parametrize("content,trace,words", [
+    (AZURE_HEADER + b"2023-11-16 18:15:46.68,\xff100,44\n", {}, "not UTF-8 text (byte 0xff)"),
+    (AZURE_HEADER + b"2023-11-16 18:15:46.68,99999999999999999999,44\n", {}, "more tokens than any model's context"),
+    (b"t,i,o\n0,100,10\n1,100,10\n", {"format": "csv", "columns": {**CSV_COLUMNS, "bogus": "x"}},
+     "unknown key 'bogus'"),
+], ids=["not-utf8", "int64-overflow", "unknown-column-key"])
+def test_a_trace_the_run_could_not_read_is_a_422_not_a_failed_run(api: Running, tmp_path: Path, content: bytes,
+                                                                   trace: dict, words: str) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_bytes(content)
+    body = spec_data(**{"workload.request_rate": None, "workload.isl": None, "workload.osl": None})
+    body["workload"]["trace"] = {"path": str(path), "format": "azure", **trace}
+    reply = api.client.post(URL, json=body)
+    assert reply.status_code == 422, reply.text
+    detail = {d["field"]: d["msg"] for d in reply.json()["detail"]}
+    assert "workload.trace" in detail and words in detail["workload.trace"], detail
+    assert api.client.get(URL).json() == []
 
 
 def test_an_infeasible_request_fails_with_the_closest_configuration_and_no_artifacts(api: Running) -> None:

@@ -152,6 +152,22 @@ def test_plan_bad_input_names_the_field(served: tuple[httpx.Client, list[Control
         assert "chat, code" in r.json()["detail"]
 
 
+@pytest.mark.parametrize("path,raw,field", [
+    ("/v1/plan", '{"policy": "chat", "rate_rps": NaN, "isl_tokens": 1000, "osl_tokens": 200}', "rate_rps"),
+    ("/v1/plan", '{"policy": "chat", "rate_rps": Infinity, "isl_tokens": 1000, "osl_tokens": 200}', "rate_rps"),
+    ("/v1/plan", '{"policy": "chat", "rate_rps": 1e400, "isl_tokens": 1000, "osl_tokens": 200}', "rate_rps"),
+    ("/v1/wake", '{"policy": "chat", "waiting": NaN}', "waiting"),
+], ids=["nan", "infinity", "overflow", "wake-nan"])
+def test_a_non_finite_number_is_a_422_naming_the_field_not_a_500(served: tuple[httpx.Client, list[ControlLoop]],
+                                                                path: str, raw: str, field: str) -> None:
+    """Python's JSON reads NaN, Infinity and 1e400 as floats; FastAPI's own 422 echoed them back and could not
+    be rendered, so the client got a 500 for its own bad input."""
+    client, _ = served
+    r = client.post(path, content=raw, headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert any(e["loc"][-1] == field and "finite" in e["msg"] for e in r.json()["detail"]), r.json()
+
+
 def test_desired_by_policy_and_openapi(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
     client, loops = served
     ok = client.get("/v1/desired", params={"pool": "decode", "policy": "chat"})

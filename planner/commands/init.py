@@ -13,7 +13,7 @@ from rich.console import Console
 
 from planner.commands.args import int_list
 from planner.commands.console import out_console
-from planner.errors import InfeasibleError, UserError
+from planner.errors import InfeasibleError, UserError, not_utf8
 
 # Spec field -> the flag that sets it: errors from the request name fields, the user typed flags.
 FIELD_FLAGS = {
@@ -53,6 +53,8 @@ def _template(path: Path | None) -> str | None:
         return path.read_text()
     except OSError as exc:
         raise UserError(f"--template {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(f"--template {path}", exc) from None
 
 
 def _workload(isl: int | None, osl: int | None, rate_rps: float | None, concurrency: int | None,

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from planner.commands.guards import check_port_free
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 from planner.router.defaults import HOLD_QUEUE, HOLD_TIMEOUT_S
 
 
@@ -80,6 +80,8 @@ def _read_token(path: Path) -> str:
         token = path.read_text().strip()
     except OSError as exc:
         raise UserError(f"--wake-token-file {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(f"--wake-token-file {path}", exc) from None
     if not token:
         raise UserError(f"--wake-token-file {path}: the file is empty")
     return token

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from planner.commands.console import out_console
 from planner.commands.guards import check_port_free
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 
 
 def _check_metrics_url(url: str | None) -> None:
@@ -54,6 +54,8 @@ def read_token(path: Path | None) -> str | None:
         token = path.read_text().strip()
     except OSError as exc:
         raise UserError(f"--api-token-file {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(f"--api-token-file {path}", exc) from None
     if not token or any(c.isspace() for c in token):
         raise UserError(f"--api-token-file {path}: must hold one token (no spaces), got "
                         f"{'nothing' if not token else 'whitespace inside'}")

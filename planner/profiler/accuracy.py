@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from planner.catalog import data_dir, load_hardware
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 from planner.perf import roofline
 from planner.perf.model import ModelSpec
 
@@ -38,6 +38,8 @@ def point_errors(path: Path, eff: roofline.Efficiency = roofline.CALIBRATED) -> 
     """(stage, point, measured_ms, modelled_ms) for every point of a measurement file."""
     try:
         data = json.loads(path.read_text())
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc) from None
     except (OSError, json.JSONDecodeError) as exc:
         raise UserError(f"{path}: cannot read measurements ({exc})") from None
     spec = measured_model(data)

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 
 ENGINES = ("vllm", "sglang")
 TP_FLAGS = {"vllm": ("--tensor-parallel-size", "-tp"), "sglang": ("--tp", "--tp-size", "--tensor-parallel-size")}
@@ -57,6 +57,8 @@ def load_template(template: str) -> dict[str, Any]:
         raise UserError(f"template: {p}: file not found", key="template") from None
     except OSError as exc:
         raise UserError(f"template: {p}: cannot read ({exc.strerror})", key="template") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(f"template: {p}", exc, key="template") from None
     except yaml.YAMLError as exc:
         raise UserError(f"template: {p}: not valid YAML ({str(exc).splitlines()[0]})", key="template") from None
     deployments = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Deployment"]

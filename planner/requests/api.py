@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from planner import __version__
+from planner.http_errors import validation_error
 from planner.requests.manager import RequestManager, View
-from planner.requests.spec import FieldError, ProfileRequestSpec, RequestInvalid, error_message
+from planner.requests.spec import FieldError, ProfileRequestSpec, RequestInvalid
 from planner.requests.status import Phase, Status
 
 PREFIX = "/v1/profile-requests"
@@ -59,18 +60,6 @@ def _found(manager: RequestManager, request_id: str) -> View:
     return view
 
 
-def _validation_error(_: Request, exc: Exception) -> JSONResponse:
-    """Structural errors in the same shape as semantic ones: loc, msg naming the value, type."""
-    assert isinstance(exc, RequestValidationError)
-    detail = []
-    for err in exc.errors():
-        loc = list(err.get("loc", ()))
-        field = ".".join(str(p) for p in loc[1:]) or "body"
-        msg = error_message(err)
-        detail.append({"loc": loc, "msg": msg, "type": err.get("type", "value_error"), "field": field})
-    return JSONResponse({"detail": detail}, status_code=422)
-
-
 def _invalid(exc: RequestInvalid) -> JSONResponse:
     detail = [{**d, "field": ".".join(map(str, d["loc"][1:]))} for d in exc.detail()]
     return JSONResponse({"detail": detail}, status_code=422)
@@ -80,7 +69,7 @@ def create_requests_app(manager: RequestManager) -> FastAPI:
     app = FastAPI(title="planner profile requests", version=__version__,
                   description="Model + hardware + workload + SLA in; measured profile, TP per stage, replicas, "
                               "aggregated-vs-disaggregated advice, a controller policy and manifests out.")
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
 
     @app.post(PREFIX, status_code=202, response_model=Accepted, responses={422: {"description": "bad fields"}})
     def submit(spec: ProfileRequestSpec) -> Any:

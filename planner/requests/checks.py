@@ -20,6 +20,7 @@ from planner.perf.model import ModelSpec
 from planner.profiler.grids import DEFAULT_TP
 from planner.requests.engines import ENGINES, SERVED_NAMES
 from planner.requests.spec import FieldError, ProfileRequestSpec, RequestInvalid
+from planner.requests.workload import from_trace
 
 MAX_TP = 64
 
@@ -153,6 +154,7 @@ def _workload(spec: ProfileRequestSpec) -> None:
                              "not both")
         if not Path(w.trace.path).is_file():
             raise FieldError("workload.trace.path", f"{w.trace.path}: file not found")
+        from_trace(w)  # read now: a trace the run could not read is the request's error (422), not a Failed run
         return
     for field in ("isl", "osl"):
         if getattr(w, field) is None:

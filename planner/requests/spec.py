@@ -8,9 +8,12 @@ request once it is queued.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+
+from planner.schema import NoBoolNumbers
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Engine = Literal["vllm", "sglang", "trtllm", "dynamo"]
@@ -20,7 +23,7 @@ TraceFormat = Literal["azure", "mooncake", "csv", "jsonl", "servegen"]  # planne
 ENGINES, OUTPUTS, ACTUATORS, TRACE_FORMATS = (get_args(t) for t in (Engine, Output, Actuator, TraceFormat))
 
 
-class _Strict(BaseModel):
+class _Strict(NoBoolNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -31,6 +34,15 @@ class ModelRef(_Strict):
                                "(instead of name)")
     served_name: str | None = Field(None, min_length=1, max_length=256, description="the model the engines load and clients "
                                     "request, e.g. Qwen/Qwen3-32B (default for shipped models)")
+
+    @field_validator("served_name")
+    @classmethod
+    def _served_name_quotable(cls, v: str | None) -> str | None:
+        # It is written into the policy's PromQL selectors (model_name="...") and the engines' command lines.
+        if v is not None and any(c.isspace() or c in '"\\{}' for c in v):
+            raise ValueError("must be one word without spaces, quotes, backslashes or braces (it goes into "
+                             "the engines' command lines and the policy's PromQL selectors)")
+        return v
 
 
 class Hardware(_Strict):
@@ -126,6 +138,8 @@ def error_message(err: Any) -> str:
     if err["type"] == "missing":
         return "required"
     value = err.get("input")
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r}: must be a finite number"
     if isinstance(value, dict | list) or value is None:
         return msg
     return f"{value!r}: {msg}"

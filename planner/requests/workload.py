@@ -32,7 +32,7 @@ def from_concurrency(concurrency: int, osl: int, itl_ms: float) -> float:
     return concurrency / (osl * itl_ms / 1e3)
 
 
-def _from_trace(workload: Workload) -> SteadyLoad:
+def from_trace(workload: Workload) -> SteadyLoad:
     from planner.sim.traces.loaders import load_requests
 
     ref = workload.trace
@@ -54,7 +54,7 @@ def _from_trace(workload: Workload) -> SteadyLoad:
 
 def steady_load(workload: Workload, sla: SLA) -> SteadyLoad:
     if workload.trace is not None:
-        return _from_trace(workload)
+        return from_trace(workload)
     assert workload.isl is not None and workload.osl is not None
     if workload.request_rate is not None:
         rate, source = workload.request_rate, "stated request_rate"

@@ -60,7 +60,7 @@ class Backends:
         else:
             try:
                 targets = parse_targets(self.targets_file.read_text(), str(self.targets_file))
-            except (OSError, TargetsError) as exc:
+            except (OSError, TargetsError, UnicodeDecodeError) as exc:
                 self._say(f"{exc}; keeping the {sum(b.in_rotation for b in self.by_address.values())} replicas "
                           "in rotation")
                 return False

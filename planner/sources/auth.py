@@ -105,6 +105,8 @@ def _read_secret(key: str, path: str) -> str:
         text = Path(path).read_text().strip()
     except OSError as exc:
         raise CredentialsError(f"{key} {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise CredentialsError(f"{key} {path}: not UTF-8 text; save the secret as UTF-8") from None
     if not text or "\n" in text:
         raise CredentialsError(f"{key} {path}: must hold one line (the secret), "
                                f"got {'nothing' if not text else 'several lines'}")

@@ -18,13 +18,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
-from planner.errors import UserError
+from planner.errors import UserError, not_utf8
 from planner.sim.traces.records import RateWindows, RequestTrace
 from planner.sim.traces.synthetic import synthesise_from_rates
 
@@ -33,6 +34,7 @@ SCALE_MODES = ("superpose", "compress")
 # Superposed copies are shifted by a random offset in [0, SUPERPOSE_SHIFT_S): enough to break the
 # lock-step of identical copies, small enough to keep the trace's minute-scale load shape (peak/mean).
 SUPERPOSE_SHIFT_S = 60.0
+MAX_TOKENS = 10_000_000  # a request's prompt or answer: far above any model's context, within int64 and float64
 MAX_SYNTH_REQUESTS = 20_000_000  # a ServeGen file spans 14 days; synthesising all of it would not fit memory
 
 
@@ -48,6 +50,9 @@ def _num(path: Path, line: int, column: str, text: object, integer: bool) -> flo
         raise UserError(f"{path}:{line}: column {column!r} value {text!r} is negative; must be >= 0")
     if integer and value != int(value):
         raise UserError(f"{path}:{line}: column {column!r} value {text!r} is not a whole number of tokens")
+    if integer and value > MAX_TOKENS:
+        raise UserError(f"{path}:{line}: column {column!r} value {text!r} is more tokens than any model's context; "
+                        f"at most {MAX_TOKENS:,}")
     return value
 
 
@@ -86,10 +91,36 @@ def _finish(path: Path, lines: list[int], t: list[float], isl: list[float], osl:
     return RequestTrace(arr - arr[0], isl_a, np.maximum(osl_a, 1), source)
 
 
-def open_data_file(path: Path, what: str) -> TextIO:
+class DataFile:
+    """A CSV/JSONL data file read line by line (``with``, then iterate): a byte that is not UTF-8 is one line
+    naming the file, not a decoding traceback from deep inside a reader."""
+
+    def __init__(self, path: Path, fh: TextIO) -> None:
+        self.path, self._fh = path, fh
+
+    def __enter__(self) -> DataFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            yield from self._fh
+        except UnicodeDecodeError as exc:
+            raise not_utf8(self.path, exc, whole_file=False) from None
+
+    def read(self) -> str:
+        try:
+            return self._fh.read()
+        except UnicodeDecodeError as exc:
+            raise not_utf8(self.path, exc, whole_file=False) from None
+
+
+def open_data_file(path: Path, what: str) -> DataFile:
     """Open a CSV/JSONL data file for reading; a missing or unreadable file is one line naming it."""
     try:
-        return path.open(newline="")
+        return DataFile(path, path.open(newline="", encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: {what} not found") from None
     except OSError as exc:
@@ -276,6 +307,10 @@ def load_requests(path: str | Path, fmt: str = "azure", *, columns: dict[str, st
         cols = dict(columns or {})
         unit = cols.pop("time_unit", "s")
         missing = [k for k in ("arrival", "isl", "osl") if k not in cols]
+        unknown = sorted(set(cols) - {"arrival", "isl", "osl", "model"})
+        if unknown:
+            raise UserError(f"columns: unknown key {unknown[0]!r}; allowed: arrival, isl, osl, time_unit "
+                            "(and model, for a fleet)", key="columns")
         if missing:
             raise UserError(f"columns: format {fmt} needs a mapping for {', '.join(missing)} "
                             f"(e.g. arrival=ts,isl=prompt_tokens,osl=output_tokens)", key="columns")
