@@ -278,3 +278,106 @@ def test_documented_commands_work_as_root_without_sudo(page: Path) -> None:
     required = [line for line in _shell_lines(page.read_text())
                 if re.search(r"(^|[;&|(]\s*)sudo\s", optional.sub("", line))]
     assert required == []
+
+
+# Bad values a user can type, each one line and exit 2 naming the flag, before any work starts (never a numpy or
+# pydantic traceback, never a silent default). Placeholders: SMALL (200 Azure requests), ONE (one request),
+# SERIES (a csv series), OUT (a fresh folder), FILE (a regular file).
+AZURE = REPO / "profiles" / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
+BACKTEST = ["backtest", "--trace", "SMALL", "--profile", str(PROFILE), "--policy", str(EXAMPLE), "--baselines", "",
+            "--out", "OUT"]
+FORECAST = ["forecast", "eval", "--series", "SERIES", "--format", "csv"]
+INIT = ["init", "--model", "qwen3-32b", "--ttft-ms", "1000", "--itl-ms", "40", "--out", "OUT"]
+INIT_LOAD = [*INIT, "--isl", "100", "--osl", "10", "--rate-rps", "5"]
+RUN_LEADER = ["run", "--once", "--dry-run", "--leader-elect", "--policy", str(EXAMPLE)]
+BAD_VALUES = [
+    ("backtest-seed", [*BACKTEST, "--seed", "-1"], "--seed: -1 must be >= 0"),
+    ("prefill-seed", ["bench", "prefill", "--seed", "-1"], "--seed: -1 must be >= 0"),
+    ("fleet-seed", ["bench", "fleet", "--quick", "--seed", "-1", "--out", "OUT"], "--seed: -1 must be >= 0"),
+    ("plan-rate-huge", ["plan", "--policy", str(EXAMPLE), "--rate-rps", "1e308", "--isl", "1000", "--osl", "200"],
+     "--rate-rps: 1e+308 must be a finite number >= 0 and <= 1e+06 req/s"),
+    ("plan-load-huge", ["plan", "--fleet", str(REPO / "fleets" / "example.yaml"), "--rate-rps", "1", "--isl", "100",
+                        "--osl", "100", "--load", "qwen3-32b-chat=1e308,100,100"], "--load qwen3-32b-chat rate: 1e+308"),
+    ("observe-window-huge", ["observe", "--prometheus", "http://127.0.0.1:9", "--policy", str(EXAMPLE),
+                             "--window-s", "1e308"], "--window-s: 1e+308 must be a finite number of seconds > 0"),
+    ("bench-observe-window-nan", ["bench", "observe", "--prometheus", "http://127.0.0.1:9", "--window-s", "nan"],
+     "--window-s: nan must be"),
+    ("forecast-warmup-nan", [*FORECAST, "--warmup-s", "nan"], "--warmup-s: nan must be"),
+    ("forecast-warmup-negative", [*FORECAST, "--warmup-s", "-1"], "--warmup-s: -1 must be"),
+    ("forecast-horizon-huge", [*FORECAST, "--horizon-s", "1e308"], "--horizon-s: 1e+308 must be"),
+    ("forecast-step-tiny", ["forecast", "eval", "--series", "SMALL", "--step-s", "1e-300"],
+     "--step-s: 1e-300 must be a finite number of seconds >= 0.1"),
+    ("profile-grid-huge", ["profile", "--model", "qwen3-32b", "--isl-grid", "99999999999999999999", "--out", "OUT"],
+     "--isl-grid: 99999999999999999999 must be <= 10000000"),
+    ("backtest-duration-nan", [*BACKTEST, "--duration-s", "nan"], "--duration-s: nan must be"),
+    ("backtest-duration-zero", [*BACKTEST, "--duration-s", "0"], "--duration-s: 0 must be"),
+    ("backtest-duration-negative", [*BACKTEST, "--duration-s", "-5"], "--duration-s: -5 must be"),
+    ("backtest-rate-scale-huge", [*BACKTEST, "--rate-scale", "1e9"], "--rate-scale: 1e+09 must be a finite number > 0 "
+     "and <= 1000"),
+    ("bench-forecast-horizon-negative", ["bench", "forecast", "--horizon-s", "-1"], "--horizon-s: -1 must be"),
+    ("fidelity-start-negative", ["bench", "fidelity", "--start-s", "-1"], "--start-s: -1 must be"),
+    ("fidelity-max-isl", ["bench", "fidelity", "--max-isl", "0"], "--max-isl: 0 must be >= 1"),
+    ("fidelity-rate", ["bench", "fidelity", "--rate", "0"], "--rate: 0 must be a finite number of req/s > 0"),
+    ("bench-sim-repeat-zero", ["bench", "sim", "--repeat", "0"], "--repeat: 0 must be >= 1"),
+    ("bench-sim-repeat-negative", ["bench", "sim", "--repeat", "-1"], "--repeat: -1 must be >= 1"),
+    ("bench-profile-repeat-zero", ["bench", "profile", "--repeat", "0"], "--repeat: 0 must be >= 1"),
+    ("bench-profile-measurements", ["bench", "profile", "--measurements", "OUT/none.json"], "--measurements: "),
+    ("suite-empty-scenarios", ["bench", "suite", "--quick", "--scenarios", "", "--out", "OUT"], "--scenarios '': "),
+    ("profile-empty-tp", ["profile", "--model", "qwen3-32b", "--tp", "", "--out", "OUT/p.json"], "--tp '': "),
+    ("init-empty-served-name", [*INIT_LOAD, "--served-model-name", ""], "--served-model-name '': must not be empty"),
+    ("init-csv-needs-columns", [*INIT, "--trace", "SMALL", "--trace-format", "csv"],
+     "--columns: --trace-format csv needs a mapping for arrival, isl, osl"),
+    ("backtest-one-request", [*BACKTEST[:2], "ONE", *BACKTEST[3:]], "--trace: ONE: 1 request(s) spanning 0 s: too short"),
+    ("backtest-peak-window", [*BACKTEST, "--peak-window-s", "0"], "error: --peak-window-s: 0 must be"),
+    ("run-lease-short", [*RUN_LEADER, "--lease-duration-s", "1"], "--lease-duration-s 1: too short for the policy's "
+     "interval_s 30"),
+    ("run-lease-inf", [*RUN_LEADER, "--lease-duration-s", "inf"], "--lease-duration-s inf: must be > 0 and finite"),
+    ("run-leader-no-kubeconfig", RUN_LEADER, "--leader-elect: the Lease is held in the Kubernetes API"),
+    ("serve-watch-no-kubeconfig", ["serve", "--port", "0", "--watch-namespace", "x", "--results-dir", "OUT"],
+     "--watch-namespace x: watching ProfileRequest objects needs the Kubernetes API"),
+    ("init-rate-and-concurrency", [*INIT_LOAD, "--concurrency", "4"], "give exactly one of --rate-rps and --concurrency"),
+    ("init-thorough", [*INIT_LOAD, "--search", "thorough"], "give exactly one of --url (a running server) and "
+     "--template"),
+    ("serve-results-dir-file", ["serve", "--port", "0", "--results-dir", "FILE"], "--results-dir FILE: not a directory"),
+]
+
+
+@pytest.fixture
+def bad_value_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))  # and not in a cluster: no credentials
+    lines = AZURE.read_text().splitlines()
+    files = {"SMALL": tmp_path / "small.csv", "ONE": tmp_path / "one.csv", "SERIES": tmp_path / "series.csv",
+             "FILE": tmp_path / "a-file"}
+    files["SMALL"].write_text("\n".join(lines[:200]) + "\n")
+    files["ONE"].write_text("\n".join(lines[:2]) + "\n")
+    files["SERIES"].write_text("t,y\n" + "".join(f"{i * 60},{10 + i % 7}\n" for i in range(400)))
+    files["FILE"].write_text("x")
+    return {**{k: str(v) for k, v in files.items()}, "OUT": str(tmp_path / "out")}
+
+
+def _filled(text: str, files: dict[str, str]) -> str:
+    return re.sub(r"\b(SMALL|ONE|SERIES|OUT|FILE)\b", lambda m: files[m.group(1)], text)
+
+
+@pytest.mark.parametrize(("argv", "message"), [c[1:] for c in BAD_VALUES], ids=[c[0] for c in BAD_VALUES])
+def test_bad_value_is_one_line_naming_the_flag(argv: list[str], message: str, bad_value_files: dict[str, str],
+                                               capsys) -> None:
+    rc, out, err = _via_run([_filled(a, bad_value_files) for a in argv], capsys)
+    assert rc == 2, (out, err)
+    assert _filled(message, bad_value_files) in err and len(_lines(err)) == 1, err
+    assert "Traceback" not in out + err and "dry_run" not in err and "or use --dry-run" not in err, err
+    flag = message.removeprefix("error: ").split(":")[0].split(" ")[0]
+    assert not flag.startswith("--") or err.count(f"{flag}:") <= 1, err  # named once, not "--x: --x: ..."
+
+
+def test_bad_typer_bound_is_one_line(capsys) -> None:
+    rc, _, err = _via_run(["bench", "fleet", "--seeds", "0"], capsys)
+    assert rc == 2 and len(_lines(err)) == 1 and "--seeds" in err and "Traceback" not in err, err
+
+
+def test_init_takes_columns_for_a_csv_trace(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("ts,in,out\n0,100,10\n1,200,20\n2,300,30\n")
+    rc, _, err = _via_run([*INIT[:-1], str(tmp_path / "out"), "--trace", str(trace), "--trace-format", "csv",
+                           "--columns", "arrival=ts,isl=in,osl=out"], capsys)
+    assert rc == 0 and (tmp_path / "out" / "policy.yaml").is_file(), err

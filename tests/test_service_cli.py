@@ -54,7 +54,7 @@ LEASE_TIMINGS = [
      "--lease-duration-s 20"),
     (["--lease-duration-s", "60", "--renew-deadline-s", "40", "--retry-period-s", "40"],
      "--retry-period-s 40: must be less than --renew-deadline-s 40 / 1.2"),
-    (["--lease-duration-s", "40"], "must exceed the policy's interval_s 30 + --retry-period-s"),
+    (["--lease-duration-s", "40"], "--lease-duration-s 40: too short for the policy's interval_s 30"),
     (["--lease-duration-s", "0"], "--lease-duration-s 0: must be > 0"),
     (["--retry-period-s", "-1"], "--retry-period-s -1: must be > 0"),
 ]

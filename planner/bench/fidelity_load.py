@@ -63,8 +63,11 @@ def trace_slice(spec: SliceSpec) -> RequestTrace:
     for key, value in (("duration_s", spec.duration_s), ("rate_rps", spec.rate_rps)):
         if not value > 0:
             raise UserError(f"{key}: {value!r} must be > 0", key=key)
-    if spec.max_isl < 1 or spec.max_osl < 2:
-        raise UserError(f"max_isl {spec.max_isl} / max_osl {spec.max_osl}: need >= 1 and >= 2", key="max_osl")
+    for key, value, low in (("max_isl", spec.max_isl, 1), ("max_osl", spec.max_osl, 2)):
+        if value < low:
+            raise UserError(f"{key}: {value} must be >= {low}", key=key)
+    if not spec.start_s >= 0:
+        raise UserError(f"start_s: {spec.start_s!r} must be >= 0", key="start_s")
     full = load_requests(spec.trace, spec.fmt)
     count = max(2, round(spec.rate_rps * spec.duration_s))
     lo = int(np.searchsorted(full.arrival_s, spec.start_s, side="left"))

@@ -6,8 +6,12 @@ import math
 
 from planner.errors import UserError
 
+# The largest value a comma-separated integer list takes (token counts, batch sizes, TP sizes): past it a
+# number is a typo, not a workload, and a model built from it overflows into nonsense.
+MOST_INT = 10_000_000
 
-def int_list(flag: str, text: str | None, positive: bool = True) -> tuple[int, ...] | None:
+
+def int_list(flag: str, text: str | None, positive: bool = True, most: int = MOST_INT) -> tuple[int, ...] | None:
     if text is None:
         return None
     items = [t.strip() for t in text.split(",") if t.strip()]
@@ -21,6 +25,8 @@ def int_list(flag: str, text: str | None, positive: bool = True) -> tuple[int, .
             raise UserError(f"{flag}: {item!r} is not an integer; expected e.g. 1,2,4,8") from None
         if positive and value <= 0:
             raise UserError(f"{flag}: {value} must be > 0")
+        if value > most:
+            raise UserError(f"{flag}: {value} must be <= {most}")
         out.append(value)
     if len(set(out)) != len(out):
         raise UserError(f"{flag}: duplicate values in {text!r}")
@@ -32,6 +38,32 @@ def positive(flag: str, value: float | None) -> float | None:
         return None
     if not math.isfinite(value) or value <= 0:
         raise UserError(f"{flag}: {value:g} must be a finite number > 0")
+    return value
+
+
+def seed(flag: str, value: int) -> int:
+    """A random seed: numpy takes none below 0."""
+    if value < 0:
+        raise UserError(f"{flag}: {value} must be >= 0")
+    return value
+
+
+def at_least(flag: str, value: int, low: int) -> int:
+    if value < low:
+        raise UserError(f"{flag}: {value} must be >= {low}")
+    return value
+
+
+def seconds(flag: str, value: float | None, *, zero: bool = False, most: float = 30 * 86_400.0,
+            least: float = 0.0) -> float | None:
+    """A span in seconds: finite, > 0 (>= 0 with ``zero``), at least ``least`` and at most ``most`` (30 days)."""
+    if value is None:
+        return None
+    low_ok = value >= 0 if zero else value > 0
+    if not (math.isfinite(value) and low_ok and least <= value <= most):
+        low = f">= {least:g}" if least > 0 else ">= 0" if zero else "> 0"
+        days = f" ({most / 86_400:g} day{'s' if most > 86_400 else ''})" if most >= 86_400 else ""
+        raise UserError(f"{flag}: {value:g} must be a finite number of seconds {low} and <= {most:.0f}{days}")
     return value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from planner.commands.args import parse_models, positive
+from planner.commands.args import at_least, parse_models, positive, seconds
+from planner.commands.args import seed as check_seed
 from planner.commands.bench_prefill import bench_prefill
 from planner.commands.console import out_console
 from planner.errors import UserError
@@ -25,6 +27,10 @@ def bench_profile(
     """Full default sweep time and the analytical model's error against real H200 measurements."""
     from planner.bench import profile
 
+    at_least("--repeat", repeat, 1)
+    if measurements is not None and not measurements.is_file():
+        raise UserError(f"--measurements: {measurements} not found (a measurement JSON, e.g. "
+                        "profiles/measurements/h200/qwen3-8b.json)")
     profile.run(out_console(), repeat, measurements)
 
 
@@ -38,6 +44,7 @@ def bench_sim(
     """Simulated requests per second of the cluster simulator (goal >= 50,000 on 2 cores)."""
     from planner.bench import sim
 
+    at_least("--repeat", repeat, 1)
     path = trace or sim.DEFAULT_TRACE
     if not path.exists():
         raise UserError(f"{path}: trace not found (pass --trace)")
@@ -75,6 +82,9 @@ def bench_forecast(
     with --held-out, auto against last-value on held-out series (target: ratio <= 1.000 on every one)."""
     from planner.bench import forecast
 
+    positive("--history-s", history_s)
+    seconds("--step-s", step_s, least=0.1, most=86_400.0)
+    seconds("--horizon-s", horizon_s)
     if held_out:
         if workers < 1:
             raise UserError(f"--workers: {workers} must be >= 1")
@@ -85,8 +95,6 @@ def bench_forecast(
         if out is not None:
             out.write_text(json.dumps(report, indent=2) + "\n")
         return
-    positive("--history-s", history_s)
-    positive("--step-s", step_s)
     if ticks < 1:
         raise UserError(f"--ticks: {ticks} must be >= 1")
     names = parse_models(models) if models else list(forecast.DEFAULT_MODELS)
@@ -106,6 +114,7 @@ def bench_observe(
 
     if reads < 1:
         raise UserError(f"--reads {reads}: must be >= 1")
+    seconds("--window-s", window_s)
     if prometheus is None and prometheus_binary() is None:
         raise UserError("no prometheus binary: apt-get install -y prometheus, or pass --prometheus URL")
     observe.run(out_console(), prometheus, policy, reads, window_s)
@@ -116,6 +125,17 @@ SCENARIOS_HELP = ("comma-separated subset (default: azure-conv, azure-code, serv
                   "chat-docs; named only: clumped-long, a stand-in for issue 27's held-out conversation case)")
 SUITE_SCENARIOS_HELP = SCENARIOS_HELP[:-1] + "; and the fleets of eight models on one GPU budget: fleet, fleet-day)"
 TRACES_HELP = "folder holding azure2023/ and servegen/ (default: the shipped profiles/traces)"
+
+
+def scenario_names(text: str | None) -> list[str] | None:
+    """``--scenarios a,b`` -> names; None (not given): every scenario. An empty list is a mistake, not "all"."""
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UserError(f"--scenarios {text!r}: expected a comma-separated list of scenario names (leave the "
+                        "flag out for all)")
+    return names
 
 
 def bench_suite(
@@ -138,7 +158,7 @@ def bench_suite(
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers: {workers} must be >= 1")
-    names = [n.strip() for n in scenarios.split(",") if n.strip()] if scenarios else None
+    names = scenario_names(scenarios)
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
     if policy is not None:
@@ -190,7 +210,7 @@ def bench_seeds(
         if label in sources:
             raise UserError(f"--vary: {text!r}: each variant once")
         sources[label] = PolicySource(paths[0], vary_assignments(text))
-    names = [n.strip() for n in scenarios.split(",") if n.strip()] if scenarios else None
+    names = scenario_names(scenarios)
     command = " ".join(["planner bench seeds", *(f"--policy {p}" for p in policy or ()),
                         *(f"--vary {shlex.quote(v)}" for v in vary or ()), f"--seeds {seeds}",
                         *([f"--scenarios {scenarios}"] if scenarios else []),
@@ -316,6 +336,7 @@ def bench_fidelity(
         raise UserError(f"--iters: {iters} must be >= 1")
     if decode_tokens < 4:
         raise UserError(f"--decode-tokens: {decode_tokens} must be >= 4")
+    _check_slice(start_s, duration_s, rate, max_isl, max_osl)
     path = trace or DEFAULT_TRACE
     if not path.exists():
         raise UserError(f"{path}: trace not found (pass --trace)")
@@ -337,6 +358,16 @@ def bench_fidelity(
         for note in r.notes:
             console.print(f"{r.mode}: {note}")
     console.print(f"wrote {out}")
+
+
+def _check_slice(start_s: float, duration_s: float, rate: float, max_isl: int, max_osl: int) -> None:
+    """`planner bench fidelity`'s slice of the trace, checked before any server starts."""
+    seconds("--start-s", start_s, zero=True, most=366 * 86_400.0)
+    seconds("--duration-s", duration_s, most=86_400.0)
+    if not (math.isfinite(rate) and 0 < rate <= 1000):
+        raise UserError(f"--rate: {rate:g} must be a finite number of req/s > 0 and <= 1000")
+    at_least("--max-isl", max_isl, 1)
+    at_least("--max-osl", max_osl, 2)
 
 
 # `planner bench fleet --alone`'s options (planner/bench/fleet_alone.py).
@@ -394,6 +425,7 @@ def bench_fleet_cmd(
     from planner.commands.progress import phase_progress
     from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
 
+    check_seed("--seed", seed)
     _check_fleet_args(traces, compress, day, policy)
     squeeze = fb.DAY_COMPRESS if compress is None else compress
     if alone is not None:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from planner.commands.args import int_list, positive
+from planner.commands.args import seed as seed_at_least_0
 from planner.commands.console import out_console
 from planner.commands.guards import check_writable
 from planner.errors import UserError
@@ -40,6 +41,7 @@ def bench_prefill(
     """Fixed prefill pools in the simulator against the sizing model's TTFT: where its queue is pessimistic."""
     from planner.bench import prefill
 
+    seed_at_least_0("--seed", seed)
     positive("--isl", isl)
     positive("--duration-s", duration_s)
     if not 0 <= warmup_s < duration_s:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from planner.commands.args import parse_models, positive
+from planner.commands.args import parse_models, seconds
 from planner.commands.console import out_console
 from planner.errors import UserError
 
@@ -64,10 +64,15 @@ def render_table(console: Console, title: str, models: dict[str, dict[str, objec
     console.print(table)
 
 
-def _check(step_s: float, horizon_s: float, history_s: float, stride: int, target: str) -> None:
-    positive("--step-s", step_s)
-    positive("--horizon-s", horizon_s)
-    positive("--history-s", history_s)
+YEAR_S = 366 * DAY_S
+
+
+def _check(step_s: float, horizon_s: float, history_s: float, warmup_s: float | None, stride: int,
+           target: str) -> None:
+    seconds("--step-s", step_s, least=0.1, most=DAY_S)  # a finer bin than 0.1 s counts no rate
+    seconds("--horizon-s", horizon_s)
+    seconds("--history-s", history_s, most=YEAR_S)
+    seconds("--warmup-s", warmup_s, zero=True, most=YEAR_S)
     if stride < 1:
         raise UserError(f"--stride: {stride} must be >= 1")
     if target not in (*TARGETS, "all"):
@@ -100,7 +105,7 @@ def register(app: typer.Typer) -> None:
         from planner.sim.traces.series import load_eval_series
 
         console = out_console()
-        _check(step_s, horizon_s, history_s, stride, target)
+        _check(step_s, horizon_s, history_s, warmup_s, stride, target)
         names = parse_models(models)
         ev = load_eval_series(series, fmt, step_s, column)
         if ev.step_s != step_s and fmt == "servegen":

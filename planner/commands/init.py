@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from planner.commands.args import int_list
+from planner.commands.args import int_list, parse_columns
 from planner.commands.console import out_console
 from planner.errors import InfeasibleError, UserError, not_utf8
 
@@ -29,21 +29,33 @@ FIELD_FLAGS = {
     "scale_to_zero_after_s": "--scale-to-zero-after-s",
     "request_rate": "--rate-rps", "concurrency": "--concurrency", "total_gpus": "--total-gpus",
     "gpus_per_node": "--gpus-per-node", "served_name": "--served-model-name", "trace": "--trace",
+    "workload.trace.columns": "--columns",
 }
+# Plain words that name a field in one field's messages only ("give exactly one of request_rate and
+# concurrency"): translated there, where they cannot be ordinary words.
+FIELD_WORDS = {"workload.request_rate": ("concurrency",), "search": ("endpoint",), "workload.trace": ("columns",)}
 # Only names that cannot be ordinary words ("model", "endpoint" are) are translated inside a message.
 _FIELD_WORD = re.compile(r"(?<![\w.-])(" + "|".join(re.escape(k) for k in sorted(FIELD_FLAGS, key=len, reverse=True)
                                                      if "." in k or "_" in k) + r")(?![\w-])")
 
 
-def as_flags(text: str) -> str:
-    """A request error with its field names spelled as this command's flags."""
-    return _FIELD_WORD.sub(lambda m: FIELD_FLAGS[m.group(1)], text)
+def as_flags(text: str, field: str | None = None) -> str:
+    """A request error with its field names spelled as this command's flags (and, for ``field``'s own
+    messages, the plain words FIELD_WORDS names there)."""
+    text = _FIELD_WORD.sub(lambda m: FIELD_FLAGS[m.group(1)], text)
+    for word in FIELD_WORDS.get(field or "", ()):
+        flag = FIELD_FLAGS.get(word, f"--{word}")
+        text = re.sub(rf"(?<![\w.-]){word}(?![\w-])", flag, text)
+    return text
 
 
 def _model_ref(model: str, served: str | None) -> dict[str, Any]:
+    if served is not None and not served.strip():
+        raise UserError(f"--served-model-name {served!r}: must not be empty (leave the flag out for the shipped "
+                        "model's default)")
     looks_like_path = model.endswith(".json") or "/" in model or Path(model).is_dir()
     ref: dict[str, Any] = {"config": model} if looks_like_path else {"name": model}
-    return {**ref, **({"served_name": served} if served else {})}
+    return {**ref, **({"served_name": served} if served is not None else {})}
 
 
 def _template(path: Path | None) -> str | None:
@@ -57,10 +69,27 @@ def _template(path: Path | None) -> str | None:
         raise not_utf8(f"--template {path}", exc) from None
 
 
+def _trace_columns(trace: Path | None, trace_format: str, columns: str | None) -> dict[str, str] | None:
+    """``--columns`` for a csv/jsonl trace (as `planner backtest` takes it; no model column: one workload)."""
+    mapping = parse_columns(columns)
+    missing = [k for k in ("arrival", "isl", "osl") if k not in (mapping or {})]
+    if trace is not None and trace_format in ("csv", "jsonl") and missing:
+        raise UserError(f"--columns: --trace-format {trace_format} needs a mapping for {', '.join(missing)}, e.g. "
+                        "--columns arrival=ts,isl=prompt_tokens,osl=output_tokens[,time_unit=ms]")
+    if mapping is None:
+        return None
+    if trace is None:
+        raise UserError("--columns: only with --trace (it maps a csv/jsonl trace's columns)")
+    if "model" in mapping:
+        raise UserError("--columns model=...: not with init (one trace is one workload)")
+    return mapping
+
+
 def _workload(isl: int | None, osl: int | None, rate_rps: float | None, concurrency: int | None,
-              trace: Path | None, trace_format: str) -> dict[str, Any]:
+              trace: Path | None, trace_format: str, columns: dict[str, str] | None = None) -> dict[str, Any]:
     if trace is not None:
-        return {"trace": {"path": str(trace), "format": trace_format},
+        return {"trace": {"path": str(trace), "format": trace_format,
+                          **({"columns": columns} if columns is not None else {})},
                 **{k: v for k, v in (("isl", isl), ("osl", osl), ("request_rate", rate_rps),
                                      ("concurrency", concurrency)) if v is not None}}
     return {k: v for k, v in (("isl", isl), ("osl", osl), ("request_rate", rate_rps), ("concurrency", concurrency))
@@ -75,7 +104,9 @@ def _fail(reason: str, message: str, closest: dict | None, console: Console) -> 
         render_closest(closest, console)
         raise InfeasibleError(as_flags(message))
     if reason in (FailReason.INVALID_SPEC, FailReason.UNSUPPORTED, FailReason.BACKEND_UNAVAILABLE):
-        raise UserError(as_flags(message))
+        field = next((f for f in FIELD_WORDS if message.startswith(f"{FIELD_FLAGS[f]}:") or
+                      message.startswith(f"{f}:")), None)
+        raise UserError(as_flags(message, field))
     Console(stderr=True).print(f"[bold red]failed ({reason}):[/] {message}", soft_wrap=True)
     raise typer.Exit(1)
 
@@ -102,7 +133,8 @@ def run_init(spec_data: dict[str, Any], out: Path, json_out: bool, console: Cons
         resolved = check(parse_spec(spec_data))
     except RequestInvalid as exc:
         first = exc.errors[0]
-        raise UserError(f"{FIELD_FLAGS.get(first.field, first.field)}: {as_flags(first.message)}") from None
+        raise UserError(f"{FIELD_FLAGS.get(first.field, first.field)}: {as_flags(first.message, first.field)}"
+                        ) from None
     try:
         outcome = pipeline.run(resolved, _StepPrinter(Console(stderr=True)))
     except RequestFailed as exc:
@@ -135,6 +167,8 @@ def register(app: typer.Typer) -> None:
         trace: Annotated[Path | None, typer.Option(help="derive ISL, OSL and rate from a trace")] = None,
         trace_format: Annotated[str, typer.Option("--trace-format", help="azure | mooncake | csv | jsonl | "
                                                   "servegen")] = "azure",
+        columns: Annotated[str | None, typer.Option(help="csv/jsonl trace column mapping, e.g. "
+                                                    "arrival=ts,isl=in,osl=out,time_unit=ms")] = None,
         percentile: Annotated[float, typer.Option(help="SLA percentile")] = 95.0,
         gpu: Annotated[str, typer.Option(help="GPU from profiles/hardware.yaml")] = "h200",
         gpus_per_node: Annotated[int, typer.Option("--gpus-per-node")] = 8,
@@ -163,7 +197,8 @@ def register(app: typer.Typer) -> None:
             "model": _model_ref(model, served_model_name), "sla": {"ttft_ms": ttft_ms, "itl_ms": itl_ms,
                                                                     "percentile": percentile},
             "hardware": {"gpu": gpu, "gpus_per_node": gpus_per_node, "total_gpus": total_gpus},
-            "workload": _workload(isl, osl, rate_rps, concurrency, trace, trace_format),
+            "workload": _workload(isl, osl, rate_rps, concurrency, trace, trace_format,
+                                  _trace_columns(trace, trace_format, columns)),
             "search": search, "engine": engine, "tp": list(int_list("--tp", tp) or []) or None, "endpoint": url,
             "deployment_template": _template(template), "output": output, "actuator": actuator, "mode": mode,
             "name": name, "namespace": namespace, "image": image, "kv_link_gbps": kv_link_gbps,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.commands.args import seconds
 from planner.errors import UserError
 from planner.sources.dialects import dialect_names
 from planner.sources.promql import check_selector, merge_selectors
@@ -37,12 +38,10 @@ def resolve(prometheus: str | None, dialect: str | None, selector: str | None, p
         if target is not None and (not math.isfinite(target) or target <= 0):
             raise UserError(f"{flag}: {target:g} must be a finite number of milliseconds > 0")
     targets = {k: v for k, v in (("ttft", ttft_ms), ("itl", itl_ms)) if v is not None}
-    if not math.isfinite(window_s) or window_s <= 0:
-        raise UserError(f"--window-s: {window_s:g} must be a finite number > 0")
+    seconds("--window-s", window_s)  # at most 30 days: a longer range is no observation of the present
     if not math.isfinite(timeout_s) or not 0 < timeout_s <= 120:
         raise UserError(f"--timeout-s: {timeout_s:g} must be in (0, 120]")
-    if stale_after_s is not None and (not math.isfinite(stale_after_s) or stale_after_s <= 0):
-        raise UserError(f"--stale-after-s: {stale_after_s:g} must be a finite number > 0")
+    seconds("--stale-after-s", stale_after_s)
     try:
         extra = check_selector(selector or "", "--selector")
     except ValueError as exc:

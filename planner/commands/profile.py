@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from planner.catalog import load_hardware, load_model
-from planner.commands.args import int_list, positive
+from planner.commands.args import MOST_INT, int_list, positive
 from planner.commands.console import out_console
 from planner.errors import InfeasibleError, UserError
 from planner.profile import Profile, save_profile
@@ -22,8 +22,8 @@ def build_request(model: str, gpu: str, tp: str, isl: int, osl: int, ttft_ms: fl
                   isl_grid: str | None, batch_grid: str | None, context_grid: str | None,
                   kv_link_gbps: float | None, device: str = "cuda", warmup: int = 3, iters: int = 20) -> SweepRequest:
     for flag, value in (("--isl", isl), ("--osl", osl)):
-        if value <= 0:
-            raise UserError(f"{flag}: {value} must be > 0")
+        if not 0 < value <= MOST_INT:
+            raise UserError(f"{flag}: {value} must be > 0 and <= {MOST_INT}")
     positive("--ttft-ms", ttft_ms)
     positive("--itl-ms", itl_ms)
     positive("--kv-link-gbps", kv_link_gbps)
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
         if backend == "endpoint" and tp is None:
             raise UserError("--tp: backend endpoint needs the TP size the server runs, e.g. --tp 1")
         default_warmup, default_iters = measure_defaults(backend)
-        req = build_request(model, gpu, tp or ",".join(map(str, DEFAULT_TP)), isl, osl, ttft_ms, itl_ms, isl_grid,
+        req = build_request(model, gpu, ",".join(map(str, DEFAULT_TP)) if tp is None else tp, isl, osl, ttft_ms, itl_ms, isl_grid,
                             batch_grid, context_grid, kv_link_gbps, device,
                             default_warmup if warmup is None else warmup, default_iters if iters is None else iters)
         req = replace(req, **live_options(url, served_model, concurrency_limit, decode_tokens,  # type: ignore[arg-type]

@@ -39,9 +39,36 @@ def register(app: typer.Typer) -> None:
         if not poll_s > 0:
             raise UserError(f"--poll-s {poll_s:g}: must be > 0")
         check_port_free("--port", host, port)
+        _check_results_dir(results_dir)
+        api_client = _watch_client(watch_namespace)
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
-            server = ProfileServer(ServeOptions(results_dir, host, port, workers, watch_namespace, poll_s))
+            server = ProfileServer(ServeOptions(results_dir, host, port, workers, watch_namespace, poll_s),
+                                   api_client=api_client)
         except OSError as exc:
             raise UserError(f"--results-dir {results_dir}: {exc.strerror or exc}") from None
         server.serve_forever(log_level)
+
+
+def _check_results_dir(path: Path) -> None:
+    """A folder, or a path one can be made at: an existing file (or a file above it) is not one."""
+    here = path
+    while not here.exists() and here.parent != here:
+        here = here.parent
+    if here.exists() and not here.is_dir():
+        where = "" if here == path else f" ({here} is a file)"
+        raise UserError(f"--results-dir {path}: not a directory{where}")
+
+
+def _watch_client(namespace: str | None) -> object | None:
+    """With --watch-namespace, the Kubernetes API client (one line and exit 2 when there are no credentials)."""
+    if namespace is None:
+        return None
+    from planner.actuators.factory import load_api_client
+
+    client = load_api_client(required=False)
+    if client is None:
+        raise UserError(f"--watch-namespace {namespace}: watching ProfileRequest objects needs the Kubernetes API: "
+                        "no in-cluster credentials and no kubeconfig; run inside the cluster or set KUBECONFIG "
+                        "(without --watch-namespace only the HTTP API is served)")
+    return client

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from planner.commands.args import parse_columns
+from planner.commands.args import parse_columns, seconds
+from planner.commands.args import seed as check_seed
 from planner.commands.console import out_console
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
@@ -90,6 +91,7 @@ def backtest_cmd(
                                                  "of yesterday's peak (s)")] = 600.0,
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
+    _check_numbers(seed, rate_scale, start_s, duration_s, warmup_s, peak_window_s)
     if scenario is not None:
         _only_without_scenario(trace, fleet, profile, format, columns, rate_scale, scale_mode, start_s, duration_s,
                                warmup_s, yesterday)
@@ -106,6 +108,23 @@ def backtest_cmd(
     _backtest_one(path, profile, _policy(policy, quantile, vary), out, format, columns, rate_scale, scale_mode, startup_s, baselines,
                   kill, seed, duration_s, start_s, forecaster, workers, offline_simulations, no_plots,
                   dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s)
+
+
+# Superposing K copies of a trace makes K times its requests: past this the replay never ends.
+MAX_RATE_SCALE = 1000.0
+
+
+def _check_numbers(seed: int, rate_scale: float, start_s: float | None, duration_s: float | None, warmup_s: float,
+                   peak_window_s: float) -> None:
+    """The numbers a backtest takes, checked before any trace is read."""
+    check_seed("--seed", seed)
+    if not (math.isfinite(rate_scale) and 0 < rate_scale <= MAX_RATE_SCALE):
+        raise UserError(f"--rate-scale: {rate_scale:g} must be a finite number > 0 and <= {MAX_RATE_SCALE:g} "
+                        "(x K superposes K copies of the trace)")
+    seconds("--start-s", start_s, zero=True, most=366 * 86_400.0)
+    seconds("--duration-s", duration_s, most=366 * 86_400.0)
+    seconds("--warmup-s", warmup_s, zero=True, most=366 * 86_400.0)
+    seconds("--peak-window-s", peak_window_s, most=86_400.0)
 
 
 def _one_policy_args(trace: list[str] | None, columns: str | None, policy: Path | None, profile: Path | None
@@ -171,8 +190,6 @@ def _backtest_one(trace: Path, profile: Path, policy: tuple[PolicyFile, str], ou
     console = out_console()
     prof = load_profile(profile)
     _check_search(console, workers, offline_simulations, oracle_interval_s)
-    if not (peak_window_s > 0 and math.isfinite(peak_window_s)):
-        raise UserError(f"--peak-window-s: {peak_window_s!r} must be > 0", key="peak_window_s")
     chosen = [b.strip() for b in baselines.split(",") if b.strip()]
     if yesterday is not None and "static-yesterday" not in chosen:
         chosen.append("static-yesterday")  # a yesterday given is a yesterday to compare with

@@ -165,6 +165,9 @@ def sim_setup(trace: RequestTrace, profile: Profile, policy: PolicyFile, *, star
                        kill=kill, sla_percentile=policy.sla.percentile, sla_ttft_ms=policy.sla.ttft_ms,
                        sla_itl_ms=policy.sla.itl_ms)
     check_trace(trace, profile, config)
+    if trace.duration_s <= 0:
+        raise UserError(f"trace: {trace.source or 'the trace'}: {len(trace)} request(s) spanning 0 s: too short "
+                        "to replay; it needs requests spread over time", key="trace")
     if not math.isfinite(warmup_s) or not 0 <= warmup_s < trace.duration_s:
         raise UserError(f"warmup_s: {warmup_s!r} must be >= 0 and shorter than the trace ({trace.duration_s:.0f} s)",
                         key="warmup_s")
