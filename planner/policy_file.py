@@ -10,6 +10,7 @@ naming the YAML key. Harnesses (the controller, the service, the simulator, the 
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,8 @@ def _format_error(source: str, exc: ValidationError) -> str:
     # names its fields and values; "= dict" would say nothing.
     shown = "" if isinstance(value, dict | list) else f" = {value!r}"
     msg = err["msg"].removeprefix("Value error, ")
+    if isinstance(value, float) and not math.isfinite(value):  # "nan: less than or equal to 600000" misleads
+        msg = "must be a finite number"
     ctx = err.get("ctx") or {}
     bounds = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
     allowed = f" (allowed: {bounds})" if bounds else ""

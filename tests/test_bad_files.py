@@ -84,6 +84,16 @@ def test_a_token_count_past_any_context_names_its_row(row: bytes, words: str, tm
     assert rc == 2 and f"{trace}:3: column" in err and words in err and "Traceback" not in err, err
 
 
+def test_an_unsorted_trace_names_its_row_in_plain_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("t,i,o\n0,100,10\n5.5,100,10\n2.25,100,10\n")
+    rc = run(["backtest", "--trace", str(trace), "--format", "csv", "--columns", "arrival=t,isl=i,osl=o",
+              "--profile", str(PROFILE), "--policy", str(EXAMPLE), "--baselines", "", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{trace}:4: arrival time 2.25 is earlier than the previous row's 5.5" in err, err
+    assert "np.float64" not in err
+
+
 @pytest.mark.parametrize("text,words", [
     ("name: a\ninterval_s: 30\ninterval_s: 60\n", "(line 3, column 1): found the key 'interval_s' twice (first on "
                                                   "line 2)"),
@@ -115,6 +125,16 @@ def test_true_or_false_where_a_number_goes_is_refused(edit: dict, key: str, tmp_
     assert run(["plan", "--policy", str(_policy(tmp_path, edit)), *PLAN]) == 2
     err = capsys.readouterr().err
     assert f"key '{key}'" in err and "is a boolean, not a number" in err, err
+
+
+@pytest.mark.parametrize("edit,words", [
+    ({("sla", "ttft_ms"): float("nan")}, "key 'sla.ttft_ms' = nan: must be a finite number"),
+    ({("metrics", "window_s"): 1e308}, "key 'metrics.window_s' = 1e+308: Input should be less than or equal to 2592000"),
+], ids=["nan", "window-past-30-days"])
+def test_a_number_no_run_could_use_is_refused_at_load(edit: dict, words: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["plan", "--policy", str(_policy(tmp_path, edit)), *PLAN]) == 2
+    assert words in capsys.readouterr().err
 
 
 def test_a_boolean_field_still_takes_a_boolean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

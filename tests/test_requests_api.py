@@ -117,6 +117,15 @@ def test_a_trace_the_run_could_not_read_is_a_422_not_a_failed_run(api: Running, 
     assert api.client.get(URL).json() == []
 
 
+def test_a_trace_path_that_is_a_directory_says_so(api: Running, tmp_path: Path) -> None:
+    body = spec_data(**{"workload.request_rate": None, "workload.isl": None, "workload.osl": None})
+    body["workload"]["trace"] = {"path": str(tmp_path), "format": "azure"}
+    reply = api.client.post(URL, json=body)
+    assert reply.status_code == 422
+    assert {d["field"]: d["msg"] for d in reply.json()["detail"]} == {
+        "workload.trace.path": f"{tmp_path}: a directory, not a trace file"}
+
+
 def test_an_infeasible_request_fails_with_the_closest_configuration_and_no_artifacts(api: Running) -> None:
     rid = api.client.post(URL, json=spec_data(sla={"ttft_ms": 50, "itl_ms": 4}, **{"workload.isl": 4000})).json()["id"]
     status = api.wait(rid)["status"]

@@ -168,6 +168,15 @@ def test_a_non_finite_number_is_a_422_naming_the_field_not_a_500(served: tuple[h
     assert any(e["loc"][-1] == field and "finite" in e["msg"] for e in r.json()["detail"]), r.json()
 
 
+@pytest.mark.parametrize("since", ["nan", "inf"])
+def test_decisions_since_a_non_finite_time_is_a_422(served: tuple[httpx.Client, list[ControlLoop]],
+                                                   since: str) -> None:
+    client, _ = served
+    r = client.get("/v1/decisions", params={"since": since})
+    assert r.status_code == 422, r.text  # it returned every decision, as if no time had been given
+    assert r.json()["detail"][0]["loc"][-1] == "since" and "finite" in r.json()["detail"][0]["msg"]
+
+
 def test_desired_by_policy_and_openapi(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
     client, loops = served
     ok = client.get("/v1/desired", params={"pool": "decode", "policy": "chat"})

@@ -152,6 +152,8 @@ def _workload(spec: ProfileRequestSpec) -> None:
         if explicit:
             raise FieldError(f"workload.{explicit[0]}", "give either workload.trace or isl/osl with a rate, "
                              "not both")
+        if Path(w.trace.path).is_dir():
+            raise FieldError("workload.trace.path", f"{w.trace.path}: a directory, not a trace file")
         if not Path(w.trace.path).is_file():
             raise FieldError("workload.trace.path", f"{w.trace.path}: file not found")
         from_trace(w)  # read now: a trace the run could not read is the request's error (422), not a Failed run

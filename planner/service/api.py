@@ -190,7 +190,10 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
                         limit: int | None = Query(None, ge=1, le=100_000, description="the newest N only"),
                         ) -> dict[str, Any]:
         chosen = [pick(policy)] if policy is not None else list(loops)
-        since_s = since if since is not None and math.isfinite(since) else None
+        if since is not None and not math.isfinite(since):
+            raise RequestValidationError([{"loc": ("query", "since"), "msg": "must be a finite number",
+                                           "type": "value_error", "input": since}])
+        since_s = since
         records = sorted((r for loop in chosen for r in loop.decisions.since(since_s)), key=lambda r: r["at_s"])
         return {"decisions": records[-limit:] if limit else records}
 

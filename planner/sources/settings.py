@@ -54,7 +54,7 @@ class MetricsSettings(StrictModel):
     # Per pool PromQL label matchers. Engines export no pool label of their own (real vLLM has no `role`),
     # so there is no default that would find a pool: see pool_selectors().
     selectors: dict[str, str] = Field(default_factory=dict)
-    window_s: float = Field(60.0, gt=0)
+    window_s: float = Field(60.0, gt=0, le=2_592_000)  # 30 days: past it a PromQL range is a typo
     timeout_s: float = Field(5.0, gt=0, le=120)
     stale_after_intervals: int = Field(3, ge=1)
 

@@ -80,8 +80,8 @@ def _finish(path: Path, lines: list[int], t: list[float], isl: list[float], osl:
     bad = np.nonzero(np.diff(arr) < 0)[0]
     if len(bad):
         i = int(bad[0]) + 1
-        raise UserError(f"{path}:{lines[i]}: arrival time {arr[i]!r} is earlier than the previous row's "
-                        f"{arr[i - 1]!r}; rows must be sorted by arrival time")
+        raise UserError(f"{path}:{lines[i]}: arrival time {float(arr[i])!r} is earlier than the previous row's "
+                        f"{float(arr[i - 1])!r}; rows must be sorted by arrival time")
     isl_a = np.asarray(isl, dtype=np.int64)
     osl_a = np.asarray(osl, dtype=np.int64)
     zero = np.nonzero(isl_a < 1)[0]
