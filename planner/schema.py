@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
@@ -20,11 +20,25 @@ class NoBoolNumbers(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, bool) and info.field_name is not None:
-            field = cls.model_fields.get(info.field_name)
-            if field is not None and not _takes_bool(field.annotation):
-                raise ValueError(f"{str(value).lower()} is a boolean, not a {_kind(field.annotation)}")
+        field = cls.model_fields.get(info.field_name) if info.field_name is not None else None
+        if field is None:
+            return value
+        if isinstance(value, bool) and not _takes_bool(field.annotation):
+            raise ValueError(f"{str(value).lower()} is a boolean, not a {_kind(field.annotation)}")
+        values = _dict_values(field.annotation)  # a mapping of numbers (gpu_cost_per_hour: {h200: 3.5})
+        if isinstance(value, dict) and values is not None and not _takes_bool(values):
+            for key, item in value.items():
+                if isinstance(item, bool):
+                    raise ValueError(f"{key}: {str(item).lower()} is a boolean, not a {_kind(values)}")
         return value
+
+
+def _dict_values(annotation: Any) -> Any:
+    """The value type of a ``dict[K, V]`` annotation (or of the dict in ``dict[K, V] | None``); None: no dict."""
+    for a in (annotation, *get_args(annotation)):
+        if get_origin(a) is dict and len(get_args(a)) == 2:
+            return get_args(a)[1]
+    return None
 
 
 def _kind(annotation: Any) -> str:

@@ -137,6 +137,13 @@ def test_a_number_no_run_could_use_is_refused_at_load(edit: dict, words: str, tm
     assert words in capsys.readouterr().err
 
 
+def test_true_in_a_mapping_of_numbers_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"budget: {{max_gpus: 48, gpu_cost_per_hour: {{h200: true}}}}\npolicies:\n  - {{policy: {EXAMPLE}}}\n")
+    assert run(["plan", "--fleet", str(fleet), *PLAN]) == 2
+    assert "h200: true is a boolean, not a number" in capsys.readouterr().err  # it was priced at 1 per GPU-hour
+
+
 def test_a_boolean_field_still_takes_a_boolean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     policy = _policy(tmp_path, {("sla", "budget_control"): False, ("sla", "lean_decode"): True})
     assert run(["plan", "--policy", str(policy), *PLAN]) == 0, capsys.readouterr().err

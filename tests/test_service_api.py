@@ -177,6 +177,19 @@ def test_decisions_since_a_non_finite_time_is_a_422(served: tuple[httpx.Client, 
     assert r.json()["detail"][0]["loc"][-1] == "since" and "finite" in r.json()["detail"][0]["msg"]
 
 
+@pytest.mark.parametrize("raw,msg", [
+    (b'{"policy": "chat", "rate_rps": 1,', "not valid JSON at character 33"),  # FastAPI: field "33"
+    (b'{"policy": "ch\xffat", "rate_rps": 1, "isl_tokens": 10, "osl_tokens": 2}', "the body is not UTF-8 JSON"),  # 400
+], ids=["truncated", "not-utf8"])
+def test_a_body_that_is_not_json_is_the_bodys_422(served: tuple[httpx.Client, list[ControlLoop]], raw: bytes,
+                                                 msg: str) -> None:
+    client, _ = served
+    r = client.post("/v1/plan", content=raw, headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == [{"loc": ["body"], "msg": msg, "type": "json_invalid", "field": "body"}]
+    assert client.get("/v1/plan").status_code == 405  # other HTTP errors keep their own status and shape
+
+
 def test_desired_by_policy_and_openapi(served: tuple[httpx.Client, list[ControlLoop]]) -> None:
     client, loops = served
     ok = client.get("/v1/desired", params={"pool": "decode", "policy": "chat"})

@@ -14,12 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from planner import __version__
-from planner.http_errors import validation_error
+from planner.http_errors import add_handlers
 from planner.requests.manager import RequestManager, View
 from planner.requests.spec import FieldError, ProfileRequestSpec, RequestInvalid
 from planner.requests.status import Phase, Status
@@ -69,7 +68,7 @@ def create_requests_app(manager: RequestManager) -> FastAPI:
     app = FastAPI(title="planner profile requests", version=__version__,
                   description="Model + hardware + workload + SLA in; measured profile, TP per stage, replicas, "
                               "aggregated-vs-disaggregated advice, a controller policy and manifests out.")
-    app.add_exception_handler(RequestValidationError, validation_error)
+    add_handlers(app)
 
     @app.post(PREFIX, status_code=202, response_model=Accepted, responses={422: {"description": "bad fields"}})
     def submit(spec: ProfileRequestSpec) -> Any:

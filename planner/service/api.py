@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.actuators.desired import DesiredStores
 from planner.actuators.keda_http import ERROR, desired_router
 from planner.actuators.registry import REGISTRY
-from planner.http_errors import validation_error
+from planner.http_errors import add_handlers
 from planner.service.decisions import decision_json
 
 MAX_TOKENS = 10_000_000
@@ -164,7 +164,7 @@ def create_service_app(loops: Sequence[Any], token: str | None = None, title: st
     ``fleet``: the service.fleet_loop.FleetLoop over them (``planner run --fleet``), None without one."""
     by_name = {loop.name: loop for loop in loops}
     app = FastAPI(title=title, version="1", description=__doc__)
-    app.add_exception_handler(RequestValidationError, validation_error)
+    add_handlers(app)
     _health_routes(app, loops)
     # Every actuator kind answers /v1/desired: keda and hpa with what they publish, the others (dry-run: the
     # advisory overlay) with what the loop decided, marked "published": false.
