@@ -117,6 +117,18 @@ def test_a_trace_the_run_could_not_read_is_a_422_not_a_failed_run(api: Running, 
     assert api.client.get(URL).json() == []
 
 
+@pytest.mark.parametrize("template,words", [
+    ("a: [1,", "read as inline YAML it is not valid either"),  # taken for a path: "file not found" alone misled
+    ("apiVersion: apps/v1\nkind: Deployment\n", "spec.template.spec.containers must list the engine's container"),
+    ("apiVersion: v1\nkind: Service\n", "expected one Deployment"),
+], ids=["one-line-broken-yaml", "no-containers", "no-deployment"])
+def test_a_template_the_sweep_could_not_deploy_is_a_422(api: Running, template: str, words: str) -> None:
+    reply = api.client.post(URL, json=spec_data(search="thorough", deployment_template=template))
+    assert reply.status_code == 422, reply.text  # it was accepted, and Failed when the sweep began
+    detail = {d["field"]: d["msg"] for d in reply.json()["detail"]}
+    assert words in detail["deployment_template"], detail
+
+
 def test_a_trace_path_that_is_a_directory_says_so(api: Running, tmp_path: Path) -> None:
     body = spec_data(**{"workload.request_rate": None, "workload.isl": None, "workload.osl": None})
     body["workload"]["trace"] = {"path": str(tmp_path), "format": "azure"}

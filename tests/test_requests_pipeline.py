@@ -167,7 +167,8 @@ def test_thorough_calls_the_endpoint_backend_with_the_url(monkeypatch: pytest.Mo
 def test_thorough_without_its_backend_fails_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(backends.BACKENDS, "kubernetes", raising=False)
     with pytest.raises(RequestFailed) as info:
-        run(search="thorough", deployment_template="apiVersion: apps/v1\nkind: Deployment\n")
+        run(search="thorough", deployment_template="apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: engine}\n"
+                                                   "spec: {template: {spec: {containers: [{name: e, image: vllm}]}}}\n")
     assert info.value.reason is FailReason.BACKEND_UNAVAILABLE and "kubernetes" in info.value.message
 
 

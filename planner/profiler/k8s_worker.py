@@ -47,6 +47,18 @@ def is_inline(template: str) -> bool:
     return "\n" in template or template.lstrip().startswith(("{", "apiVersion:", "kind:"))
 
 
+def _as_yaml(template: str) -> str:
+    """For a template taken for a path that is no file: what it is wrong with it as one line of YAML, if it
+    reads as YAML at all (``a: [1,`` is a broken manifest, not a missing file)."""
+    if ":" not in template and not template.lstrip().startswith(("[", "{")):
+        return ""
+    try:
+        yaml.safe_load(template)
+    except yaml.YAMLError as exc:
+        return f"; read as inline YAML it is not valid either ({str(exc).splitlines()[0]})"
+    return ""
+
+
 def load_template(template: str) -> dict[str, Any]:
     """The template's one Deployment (other documents are ignored): ``template`` is a path or YAML text."""
     p = "the inline template" if is_inline(template) else Path(template)
@@ -54,7 +66,7 @@ def load_template(template: str) -> dict[str, Any]:
         text = template if isinstance(p, str) else p.read_text()
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except FileNotFoundError:
-        raise UserError(f"template: {p}: file not found", key="template") from None
+        raise UserError(f"template: {p}: file not found{_as_yaml(template)}", key="template") from None
     except OSError as exc:
         raise UserError(f"template: {p}: cannot read ({exc.strerror})", key="template") from None
     except UnicodeDecodeError as exc:

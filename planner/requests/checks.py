@@ -18,6 +18,7 @@ from planner.perf import roofline
 from planner.perf.hardware import HardwareSpec
 from planner.perf.model import ModelSpec
 from planner.profiler.grids import DEFAULT_TP
+from planner.profiler.k8s_worker import load_template
 from planner.requests.engines import ENGINES, SERVED_NAMES
 from planner.requests.spec import FieldError, ProfileRequestSpec, RequestInvalid
 from planner.requests.workload import from_trace
@@ -121,6 +122,11 @@ def _search(spec: ProfileRequestSpec) -> None:
     if (spec.endpoint is None) == (spec.deployment_template is None):
         raise FieldError("search", "thorough measures: give exactly one of endpoint (a running server) and "
                          "deployment_template (deployed at each TP)")
+    if spec.deployment_template is not None:
+        try:  # read now: a manifest the sweep could not deploy is the request's error (422), not a Failed run
+            load_template(spec.deployment_template)
+        except UserError as exc:
+            raise FieldError("deployment_template", str(exc).removeprefix("template: ")) from None
     if spec.endpoint is not None and (spec.tp is None or len(spec.tp) != 1):
         raise FieldError("tp", "search thorough with an endpoint measures the one server at that URL: give "
                          "exactly one tp, the one it runs")
