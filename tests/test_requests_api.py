@@ -103,7 +103,8 @@ CSV_COLUMNS = {"arrival": "t", "isl": "i", "osl": "o"}
     (AZURE_HEADER + b"2023-11-16 18:15:46.68,99999999999999999999,44\n", {}, "more tokens than any model's context"),
     (b"t,i,o\n0,100,10\n1,100,10\n", {"format": "csv", "columns": {**CSV_COLUMNS, "bogus": "x"}},
      "unknown key 'bogus'"),
-], ids=["not-utf8", "int64-overflow", "unknown-column-key"])
+    (b"window_start_s,window_s,total_rate_rps\n0,600,abc\n", {"format": "servegen"}, "'abc' is not a number"),
+], ids=["not-utf8", "int64-overflow", "unknown-column-key", "servegen-rates"])
 def test_a_trace_the_run_could_not_read_is_a_422_not_a_failed_run(api: Running, tmp_path: Path, content: bytes,
                                                                    trace: dict, words: str) -> None:
     path = tmp_path / "trace.csv"
@@ -127,6 +128,17 @@ def test_a_template_the_sweep_could_not_deploy_is_a_422(api: Running, template: 
     assert reply.status_code == 422, reply.text  # it was accepted, and Failed when the sweep began
     detail = {d["field"]: d["msg"] for d in reply.json()["detail"]}
     assert words in detail["deployment_template"], detail
+
+
+def test_a_servegen_rate_file_is_parsed_at_submit_and_synthesised_by_the_run(api: Running, tmp_path: Path) -> None:
+    path = tmp_path / "rates.csv"
+    path.write_text("window_start_s,window_s,total_rate_rps\n0,600,2\n600,600,3\n")
+    body = spec_data(**{"workload.request_rate": None, "workload.isl": None, "workload.osl": None})
+    body["workload"]["trace"] = {"path": str(path), "format": "servegen"}
+    reply = api.client.post(URL, json=body)
+    assert reply.status_code == 202, reply.text
+    status = api.wait(reply.json()["id"])["status"]
+    assert status["phase"] == "Ready", status
 
 
 def test_a_trace_path_that_is_a_directory_says_so(api: Running, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from planner.profiler.grids import DEFAULT_TP
 from planner.profiler.k8s_worker import load_template
 from planner.requests.engines import ENGINES, SERVED_NAMES
 from planner.requests.spec import FieldError, ProfileRequestSpec, RequestInvalid
-from planner.requests.workload import from_trace
+from planner.requests.workload import check_readable
 
 MAX_TP = 64
 
@@ -162,7 +162,7 @@ def _workload(spec: ProfileRequestSpec) -> None:
             raise FieldError("workload.trace.path", f"{w.trace.path}: a directory, not a trace file")
         if not Path(w.trace.path).is_file():
             raise FieldError("workload.trace.path", f"{w.trace.path}: file not found")
-        from_trace(w)  # read now: a trace the run could not read is the request's error (422), not a Failed run
+        check_readable(w)
         return
     for field in ("isl", "osl"):
         if getattr(w, field) is None:

@@ -52,6 +52,22 @@ def from_trace(workload: Workload) -> SteadyLoad:
                       f"trace {ref.path} ({len(trace):,} requests over {trace.duration_s:,.0f} s)", max(peak, rate))
 
 
+def check_readable(workload: Workload) -> None:
+    """The trace the run will read, read now (a request's error is a 422, not a Failed run); a ServeGen rate
+    file is only parsed: synthesising its arrivals (up to millions) is the run's work, not the submit's."""
+    from planner.sim.traces.loaders import load_rate_windows
+
+    ref = workload.trace
+    assert ref is not None
+    if ref.format != "servegen":
+        from_trace(workload)
+        return
+    try:
+        load_rate_windows(ref.path)
+    except UserError as exc:
+        raise FieldError("workload.trace", str(exc)) from None
+
+
 def steady_load(workload: Workload, sla: SLA) -> SteadyLoad:
     if workload.trace is not None:
         return from_trace(workload)
