@@ -25,19 +25,27 @@ class NoBoolNumbers(BaseModel):
             return value
         if isinstance(value, bool) and not _takes_bool(field.annotation):
             raise ValueError(f"{str(value).lower()} is a boolean, not a {_kind(field.annotation)}")
-        values = _dict_values(field.annotation)  # a mapping of numbers (gpu_cost_per_hour: {h200: 3.5})
-        if isinstance(value, dict) and values is not None and not _takes_bool(values):
-            for key, item in value.items():
+        # a mapping or a list of numbers (gpu_cost_per_hour: {h200: 3.5}; tp: [1, 2])
+        items = (value.items() if isinstance(value, dict) else
+                 ((f"item {i}", v) for i, v in enumerate(value)) if isinstance(value, list) else ())
+        kind = _item_type(field.annotation, dict if isinstance(value, dict) else list)
+        if kind is not None and not _takes_bool(kind):
+            for key, item in items:
                 if isinstance(item, bool):
-                    raise ValueError(f"{key}: {str(item).lower()} is a boolean, not a {_kind(values)}")
+                    raise ValueError(f"{key}: {str(item).lower()} is a boolean, not a {_kind(kind)}")
         return value
 
 
-def _dict_values(annotation: Any) -> Any:
-    """The value type of a ``dict[K, V]`` annotation (or of the dict in ``dict[K, V] | None``); None: no dict."""
+def _item_type(annotation: Any, container: type) -> Any:
+    """The value type of a ``dict[K, V]`` (``container`` dict) or the item type of a ``list[T]`` or
+    ``tuple[T, ...]`` (``container`` list: YAML and JSON give both as lists) in ``annotation`` or its union;
+    None: no such container."""
     for a in (annotation, *get_args(annotation)):
-        if get_origin(a) is dict and len(get_args(a)) == 2:
-            return get_args(a)[1]
+        origin, args = get_origin(a), get_args(a)
+        if container is dict and origin is dict and len(args) == 2:
+            return args[1]
+        if container is list and origin in (list, tuple, set, frozenset) and args:
+            return args[0]
     return None
 
 

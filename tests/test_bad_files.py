@@ -32,6 +32,14 @@ def _policy(tmp: Path, edit: dict[tuple[str, ...], object]) -> Path:
     return out
 
 
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The command's stderr, after checking it exited 2 (bad input)."""
+    rc = run(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    return err
+
+
 def _bad_utf8_files(tmp: Path) -> dict[str, Path]:
     files = {"bin": tmp / "bin.yaml", "trace": tmp / "trace.csv", "series": tmp / "series.csv"}
     files["bin"].write_bytes(b"name: x\nsla: {ttft_ms: 1000}\n\xff\xfe\n")
@@ -101,11 +109,9 @@ def test_an_unsorted_trace_names_its_row_in_plain_numbers(tmp_path: Path, capsys
 ], ids=["top-level", "nested"])
 def test_a_key_given_twice_in_a_policy_is_an_error_not_the_last_one(text: str, words: str, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "policy.yaml"
-    path.write_text(text)
-    assert run(["plan", "--policy", str(path), *PLAN]) == 2
-    err = capsys.readouterr().err
-    assert f"{path}: not valid YAML" in err and words in err, err
+    (tmp_path / "policy.yaml").write_text(text)
+    err = _refused(["plan", "--policy", str(tmp_path / "policy.yaml"), *PLAN], capsys)
+    assert f"{tmp_path / 'policy.yaml'}: not valid YAML" in err and words in err, err
 
 
 def test_a_key_given_twice_in_a_fleet_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,6 +148,20 @@ def test_true_in_a_mapping_of_numbers_is_refused(tmp_path: Path, capsys: pytest.
     fleet.write_text(f"budget: {{max_gpus: 48, gpu_cost_per_hour: {{h200: true}}}}\npolicies:\n  - {{policy: {EXAMPLE}}}\n")
     assert run(["plan", "--fleet", str(fleet), *PLAN]) == 2
     assert "h200: true is a boolean, not a number" in capsys.readouterr().err  # it was priced at 1 per GPU-hour
+
+
+@pytest.mark.parametrize("manifest,words", [
+    ("apiVersion: v1\nkind: Service\n", "expected one Deployment (kind: Deployment), found 0"),
+    ("a: [1,", "not valid YAML"),
+], ids=["no-deployment", "broken-yaml"])
+def test_init_names_the_template_file_it_could_not_deploy(manifest: str, words: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "engine.yaml"
+    path.write_text(manifest)
+    err = _refused(["init", "--model", "qwen3-32b", "--isl", "1000", "--osl", "200", "--rate-rps", "5", "--ttft-ms",
+                    "1000", "--itl-ms", "40", "--search", "thorough", "--template", str(path), "--out",
+                    str(tmp_path / "out")], capsys)
+    assert f"--template {path}: {words}" in err and "inline" not in err, err
 
 
 def test_a_boolean_field_still_takes_a_boolean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -85,7 +85,9 @@ def test_submit_follow_and_fetch_artifacts(api: Running, tmp_path: Path) -> None
     (spec_data(**{"sla.ttft_ms": True}), "sla.ttft_ms", "true is a boolean, not a number"),
     # it goes into the policy's PromQL selectors (model_name="...") that `planner observe` then rejected
     (spec_data(model={"name": "qwen3-32b", "served_name": 'Qwen/"x"'}), "model.served_name", "without spaces, quotes"),
-], ids=["range", "extra", "unknown-model", "auto-apply-over-http", "no-rate", "bool-as-number", "quote-in-name"])
+    (spec_data(tp=[1, True]), "tp", "item 1: true is a boolean, not a number"),
+], ids=["range", "extra", "unknown-model", "auto-apply-over-http", "no-rate", "bool-as-number", "quote-in-name",
+        "bool-in-a-list"])
 def test_bad_requests_get_422_with_field_messages(api: Running, body: dict, field: str, words: str) -> None:
     reply = api.client.post(URL, json=body)
     assert reply.status_code == 422

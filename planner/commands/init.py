@@ -61,12 +61,19 @@ def _model_ref(model: str, served: str | None) -> dict[str, Any]:
 def _template(path: Path | None) -> str | None:
     if path is None:
         return None
+    from planner.profiler.k8s_worker import is_inline, load_template
+
     try:
-        return path.read_text()
+        text = path.read_text()
     except OSError as exc:
         raise UserError(f"--template {path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
         raise not_utf8(f"--template {path}", exc) from None
+    try:  # the request carries the text: checked here, its errors name the file and not "the inline template"
+        load_template(text if is_inline(text) else f"{text}\n")
+    except UserError as exc:
+        raise UserError(f"--template {path}: {str(exc).split(': ', 2)[-1]}") from None
+    return text
 
 
 def _trace_columns(trace: Path | None, trace_format: str, columns: str | None) -> dict[str, str] | None:
