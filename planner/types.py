@@ -148,6 +148,9 @@ class NoData:
 
 # ---------------------------------------------------------------------------------------------- forecast
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
+# The most tokens one request's prompt or answer may have (a trace row, a mean length, a grid point): far above any
+# model's context, so past it a number is a typo, not a workload, and it stays within int64 and float64 arithmetic.
+MAX_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import math
 
 from planner.errors import UserError
-
-# The largest value a comma-separated integer list takes (token counts, batch sizes, TP sizes): past it a
-# number is a typo, not a workload, and a model built from it overflows into nonsense.
-MOST_INT = 10_000_000
+from planner.types import MAX_TOKENS
 
 
-def int_list(flag: str, text: str | None, positive: bool = True, most: int = MOST_INT) -> tuple[int, ...] | None:
+def int_list(flag: str, text: str | None, positive: bool = True, most: int = MAX_TOKENS) -> tuple[int, ...] | None:
+    """``1,2,4`` -> (1, 2, 4); each at most ``most`` (default MAX_TOKENS: token, batch and TP grids alike)."""
     if text is None:
         return None
     items = [t.strip() for t in text.split(",") if t.strip()]
@@ -43,9 +41,7 @@ def positive(flag: str, value: float | None) -> float | None:
 
 def seed(flag: str, value: int) -> int:
     """A random seed: numpy takes none below 0."""
-    if value < 0:
-        raise UserError(f"{flag}: {value} must be >= 0")
-    return value
+    return at_least(flag, value, 0)
 
 
 def at_least(flag: str, value: int, low: int) -> int:

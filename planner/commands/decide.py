@@ -11,7 +11,7 @@ import typer
 
 from planner.commands.console import out_console
 from planner.errors import InfeasibleError, UserError
-from planner.types import Reason
+from planner.types import MAX_TOKENS, Reason
 
 if TYPE_CHECKING:
     from planner.fleet_file import Fleet
@@ -22,12 +22,11 @@ LOAD_HELP = ("with --fleet: one policy's load, NAME=RATE_RPS,ISL,OSL (repeat per
 
 # Past these a load is a typo, not a workload (and its arithmetic overflows to infinity).
 MOST_RATE_RPS = 1e6
-MOST_TOKENS = 1e7
 
 
 def _check(flag: str, value: float, allow_zero: bool = False) -> None:
     """A rate (``allow_zero``: req/s, at most 1e6) or a mean length (tokens, at most 1e7)."""
-    most, unit = (MOST_RATE_RPS, "req/s") if allow_zero else (MOST_TOKENS, "tokens")
+    most, unit = (MOST_RATE_RPS, "req/s") if allow_zero else (MAX_TOKENS, "tokens")
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero) or value > most:
         raise UserError(f"{flag}: {value:g} must be a finite number {'>= 0' if allow_zero else '> 0'} and "
                         f"<= {most:g} {unit}")

@@ -10,20 +10,21 @@ from typing import Annotated
 import typer
 
 from planner.catalog import load_hardware, load_model
-from planner.commands.args import MOST_INT, int_list, positive
+from planner.commands.args import int_list, positive
 from planner.commands.console import out_console
 from planner.errors import InfeasibleError, UserError
 from planner.profile import Profile, save_profile
 from planner.profiler.backends import get_backend
 from planner.profiler.grids import DEFAULT_K8S_URL, DEFAULT_TP, SweepRequest, measure_defaults
+from planner.types import MAX_TOKENS
 
 
 def build_request(model: str, gpu: str, tp: str, isl: int, osl: int, ttft_ms: float, itl_ms: float,
                   isl_grid: str | None, batch_grid: str | None, context_grid: str | None,
                   kv_link_gbps: float | None, device: str = "cuda", warmup: int = 3, iters: int = 20) -> SweepRequest:
     for flag, value in (("--isl", isl), ("--osl", osl)):
-        if not 0 < value <= MOST_INT:
-            raise UserError(f"{flag}: {value} must be > 0 and <= {MOST_INT}")
+        if not 0 < value <= MAX_TOKENS:
+            raise UserError(f"{flag}: {value} must be > 0 and <= {MAX_TOKENS}")
     positive("--ttft-ms", ttft_ms)
     positive("--itl-ms", itl_ms)
     positive("--kv-link-gbps", kv_link_gbps)

@@ -107,9 +107,7 @@ def register(app: typer.Typer) -> None:
         _check_lease_flags(leader_elect, lease_duration_s, renew_deadline_s, retry_period_s)
         _check_metrics_url(metrics_url)
         paths = _policy_paths(policy or [], fleet)
-        if leader_elect:
-            _check_lease(paths, lease_duration_s, renew_deadline_s, retry_period_s)
-            _check_lease_api(dry_run)
+        _check_leader(leader_elect, dry_run, paths, lease_duration_s, renew_deadline_s, retry_period_s)
         token = read_token(api_token_file)
         setup_logging(level, log_format)
         opts = RunOptions(paths[0], dry_run=dry_run, once=once, host=host, port=port, grpc_port=grpc_port,
@@ -167,30 +165,25 @@ def _check_lease_flags(leader_elect: bool, lease_duration_s: float | None, renew
         raise UserError(f"{given[0]}: only with --leader-elect (there is no Lease without it)")
 
 
+def _check_leader(leader_elect: bool, dry_run: bool, paths: list[Path], lease_duration_s: float | None,
+                  renew_deadline_s: float | None, retry_period_s: float | None) -> None:
+    """With --leader-elect, before anything starts: the Lease's timings, then the credentials to hold it."""
+    if leader_elect:
+        _check_lease(paths, lease_duration_s, renew_deadline_s, retry_period_s)
+        _check_lease_api(dry_run)
+
+
 def _check_lease(paths: list[Path], lease_duration_s: float | None, renew_deadline_s: float | None,
                  retry_period_s: float | None) -> None:
-    """The Lease's timings, with the blame on the flag given: a default derived from --lease-duration-s (the renew
-    deadline, two thirds of it) that cannot work is the lease duration's fault, not the deadline's."""
-    import math
-
+    """The Lease's timings against the slowest policy's interval (one Lease for all), before the credentials:
+    the runner checks them again where it builds the elector (service/leader.py ``timing_problem``)."""
     from planner.policy_file import load_policy
-    from planner.service.leader import check_timing, default_timing
+    from planner.service.leader import timing_problem
 
-    given = {"--lease-duration-s": lease_duration_s, "--renew-deadline-s": renew_deadline_s,
-             "--retry-period-s": retry_period_s}
-    for flag, value in given.items():
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise UserError(f"{flag} {value:g}: must be > 0 and finite (seconds)")
-    interval_s = max(load_policy(path).interval_s for path in paths)  # one Lease: the slowest loop's
-    lease, renew, retry = default_timing(interval_s, lease_duration_s, renew_deadline_s, retry_period_s)
-    problem = check_timing(interval_s, lease, renew, retry)
-    if problem is None:
-        return
-    if lease_duration_s is None or renew_deadline_s is not None:
-        raise UserError(problem)  # names the flag given
-    raise UserError(f"--lease-duration-s {lease:g}: too short for the policy's interval_s {interval_s:g}: its "
-                        f"renew deadline (two thirds of it, {renew:g} s) must exceed interval_s + the retry period "
-                        f"({retry:g} s); the default is 3 intervals ({max(15.0, 3 * interval_s):g} s)")
+    interval_s = max(load_policy(path).interval_s for path in paths)
+    problem = timing_problem(interval_s, lease_duration_s, renew_deadline_s, retry_period_s)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def _check_lease_api(dry_run: bool) -> None:

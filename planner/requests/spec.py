@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from planner.schema import NoBoolNumbers
+from planner.types import MAX_TOKENS
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Engine = Literal["vllm", "sglang", "trtllm", "dynamo"]
@@ -61,8 +62,8 @@ class TraceRef(_Strict):
 
 
 class Workload(_Strict):
-    isl: int | None = Field(None, gt=0, le=10_000_000, description="mean input length (tokens)")
-    osl: int | None = Field(None, gt=0, le=10_000_000, description="mean output length (tokens)")
+    isl: int | None = Field(None, gt=0, le=MAX_TOKENS, description="mean input length (tokens)")
+    osl: int | None = Field(None, gt=0, le=MAX_TOKENS, description="mean output length (tokens)")
     request_rate: float | None = Field(None, gt=0, le=1_000_000, description="requests per second")
     concurrency: int | None = Field(None, ge=1, le=10_000_000, description="requests in flight (instead of "
                                     "request_rate)")

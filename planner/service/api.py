@@ -38,8 +38,8 @@ from planner.actuators.keda_http import ERROR, desired_router
 from planner.actuators.registry import REGISTRY
 from planner.http_errors import add_handlers
 from planner.service.decisions import decision_json
+from planner.types import MAX_TOKENS
 
-MAX_TOKENS = 10_000_000
 MAX_RATE_RPS = 10_000_000
 
 

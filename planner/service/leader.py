@@ -27,6 +27,7 @@ readiness. Losing a race or finding the lease held by another candidate is not a
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -65,6 +66,24 @@ def check_timing(interval_s: float, lease_duration_s: float, renew_deadline_s: f
                 f"--retry-period-s {retry_period_s:g}: the lease is renewed on the ticks, and a healthy leader "
                 "would lose it between two")
     return None
+
+
+def timing_problem(interval_s: float, lease_duration_s: float | None = None, renew_deadline_s: float | None = None,
+                   retry_period_s: float | None = None) -> str | None:
+    """Why the timings given (None: default_timing's) cannot work, naming a flag the user gave: a renew deadline
+    derived from --lease-duration-s (two thirds of it) that is too short is the lease duration's fault."""
+    for flag, value in (("--lease-duration-s", lease_duration_s), ("--renew-deadline-s", renew_deadline_s),
+                        ("--retry-period-s", retry_period_s)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"{flag} {value:g}: must be > 0 and finite (seconds)"
+    lease, renew, retry = default_timing(interval_s, lease_duration_s, renew_deadline_s, retry_period_s)
+    problem = check_timing(interval_s, lease, renew, retry)
+    derived = lease_duration_s is not None and renew_deadline_s is None
+    if problem is None or not (derived and problem.startswith("--renew-deadline-s")):
+        return problem
+    return (f"--lease-duration-s {lease:g}: too short for the policy's interval_s {interval_s:g}: its renew deadline "
+            f"(two thirds of it, {renew:g} s) must exceed interval_s + the retry period ({retry:g} s); the default "
+            f"is 3 intervals ({max(15.0, 3 * interval_s):g} s)")
 
 
 def _ts(now_s: float) -> datetime:

@@ -96,13 +96,12 @@ def make_elector(opts: RunOptions, policy: Any, api_client: Any, clock: Clock) -
 
 def lease_timing(opts: RunOptions, interval_s: float) -> tuple[float, float, float]:
     """(lease duration, renew deadline, retry period) for a loop ticking every ``interval_s``, checked."""
-    from planner.service.leader import check_timing, default_timing
+    from planner.service.leader import default_timing, timing_problem
 
-    timing = default_timing(interval_s, opts.lease_duration_s, opts.renew_deadline_s, opts.retry_period_s)
-    problem = check_timing(interval_s, *timing)
+    problem = timing_problem(interval_s, opts.lease_duration_s, opts.renew_deadline_s, opts.retry_period_s)
     if problem:
         raise UserError(problem)
-    return timing
+    return default_timing(interval_s, opts.lease_duration_s, opts.renew_deadline_s, opts.retry_period_s)
 
 
 def build_loop(opts: RunOptions, clock: Clock | None = None, api_client: Any = None,

@@ -28,13 +28,13 @@ import numpy as np
 from planner.errors import UserError, not_utf8
 from planner.sim.traces.records import RateWindows, RequestTrace
 from planner.sim.traces.synthetic import synthesise_from_rates
+from planner.types import MAX_TOKENS
 
 FORMATS = ("azure", "mooncake", "csv", "jsonl", "servegen")
 SCALE_MODES = ("superpose", "compress")
 # Superposed copies are shifted by a random offset in [0, SUPERPOSE_SHIFT_S): enough to break the
 # lock-step of identical copies, small enough to keep the trace's minute-scale load shape (peak/mean).
 SUPERPOSE_SHIFT_S = 60.0
-MAX_TOKENS = 10_000_000  # a request's prompt or answer: far above any model's context, within int64 and float64
 MAX_SYNTH_REQUESTS = 20_000_000  # a ServeGen file spans 14 days; synthesising all of it would not fit memory
 
 
