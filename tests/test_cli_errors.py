@@ -329,6 +329,10 @@ BAD_VALUES = [
      "--columns: --trace-format csv needs a mapping for arrival, isl, osl"),
     ("backtest-one-request", [*BACKTEST[:2], "ONE", *BACKTEST[3:]], "--trace: ONE: 1 request(s) spanning 0 s: too short"),
     ("backtest-peak-window", [*BACKTEST, "--peak-window-s", "0"], "error: --peak-window-s: 0 must be"),
+    ("backtest-oversized-mode", [*BACKTEST, "--oversized", "skip"], "--oversized: 'skip'; allowed: error, drop, "
+     "truncate"),
+    ("backtest-oversized-scenario", ["backtest", "--scenario", "azure-conv", "--oversized", "drop", "--out", "OUT"],
+     "--oversized: not with --scenario"),
     ("run-lease-short", [*RUN_LEADER, "--lease-duration-s", "1"], "--lease-duration-s 1: too short for the policy's "
      "interval_s 30"),
     ("run-lease-inf", [*RUN_LEADER, "--lease-duration-s", "inf"], "--lease-duration-s inf: must be > 0 and finite"),

@@ -59,19 +59,26 @@ class BacktestResult:
     config: SimConfig | None = None
 
 
-def check_trace(trace: RequestTrace, profile: Profile, config: SimConfig) -> None:
-    """Every request must fit the model's context and one decode replica's KV cache."""
+def request_token_limit(profile: Profile, decode_tp: int | None = None) -> int:
+    """The most tokens (prompt + output) one request may hold: the model's context and one decode replica's KV."""
+    kv_cap = profile.decode_curve(decode_tp or profile.selected_tp("decode")).kv_capacity_tokens
+    return int(min(profile.model.max_context_tokens, kv_cap))
+
+
+def check_trace(trace: RequestTrace, profile: Profile, config: SimConfig, hint: str = "") -> None:
+    """Every request must fit the model's context and one decode replica's KV cache (``hint``: what the caller
+    offers instead, appended to the error)."""
     if len(trace) == 0:
         raise UserError(f"{trace.source}: the trace has no requests")
     limit = profile.model.max_context_tokens
     kv_cap = profile.decode_curve(config.decode_tp or profile.selected_tp("decode")).kv_capacity_tokens
     total = trace.isl + trace.osl
-    bad = np.nonzero(total > min(limit, kv_cap))[0]
+    bad = np.nonzero(total > request_token_limit(profile, config.decode_tp))[0]
     if len(bad):
         i = int(bad[0])
         raise UserError(f"{trace.source}: request #{i} (arrival {trace.arrival_s[i]:.3f} s) has ISL {trace.isl[i]} + "
                         f"OSL {trace.osl[i]} = {total[i]} tokens, more than the profile allows "
-                        f"(max context {limit}, KV capacity {kv_cap}); {len(bad)} such requests")
+                        f"(max context {limit}, KV capacity {kv_cap}); {len(bad)} such requests{hint}")
 
 
 def fluid_initial(trace: RequestTrace, profile: Profile, policy: PolicyFile, horizon_s: float) -> dict[str, int]:
