@@ -207,3 +207,44 @@ def test_model_column_is_only_for_a_fleet(tmp_path: Path, capsys) -> None:  # no
     rc = run(["backtest", "--trace", str(TRACE), "--policy", "p.yaml", "--profile", "x.json", "--columns", COLS,
               "--out", str(tmp_path / "o")])
     assert rc == 2 and "--columns model=...: only with --fleet" in capsys.readouterr().err
+
+
+def _long_rows(limit: int) -> list[tuple[float, int, int, str]]:
+    """Two models' requests, every 0.25 s for 5 minutes; two of chat's prompts past ``limit``."""
+    rows = [(i * 0.25, 800 + (i % 7) * 50, 100, "chat" if i % 3 else "batch") for i in range(1200)]
+    for i in (10, 700):  # both chat's (i % 3 != 0)
+        rows[i] = (rows[i][0], limit + 1, 100, "chat")
+    return rows
+
+
+def test_backtest_fleet_names_the_model_and_the_flag_for_an_oversized_request(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from planner.sim.evaluate.backtest import request_token_limit
+
+    path = write_fleet(tmp_path, [member("chat", 10), member("batch", 0)], max_gpus=12)
+    limit = request_token_limit(load_fleet(path).member("chat").profile)
+    trace = _model_csv(tmp_path / "long.csv", _long_rows(limit))
+    rc = run(["backtest", "--fleet", str(path), "--trace", str(trace), "--format", "csv", "--columns", COLS,
+              "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "(model chat): request #" in err and "2 such requests" in err and "--oversized drop" in err, err
+
+
+@pytest.mark.slow
+def test_backtest_fleet_drops_each_models_oversized_requests(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from planner.sim.evaluate.backtest import request_token_limit
+
+    path = write_fleet(tmp_path, [member("chat", 10), member("batch", 0)], max_gpus=12)
+    limit = request_token_limit(load_fleet(path).member("chat").profile)
+    rows = _long_rows(limit)
+    trace = _model_csv(tmp_path / "long.csv", rows)
+    rc = run(["backtest", "--fleet", str(path), "--trace", str(trace), "--format", "csv", "--columns", COLS,
+              "--oversized", "drop", "--no-plots", "--out", str(tmp_path / "o")])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert f"note: {trace} (model chat): 2 of {sum(r[3] == 'chat' for r in rows):,} requests" in cap.out
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["sim"]["oversized"] == {"chat": {"mode": "drop", "limit_tokens": limit, "requests": 2,
+                                                   "dropped": 2, "truncated": 0},
+                                          "batch": {"mode": "drop", "limit_tokens": limit, "requests": 0,
+                                                    "dropped": 0, "truncated": 0}}
+    assert report["policies"]["chat"]["requests"] == sum(1 for r in rows if r[3] == "chat") - 2

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from planner.commands.oversized import fit_oversized
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
 from planner.sim.traces.records import RequestTrace
@@ -82,7 +83,7 @@ def split_by_model(path: Path, format: str, columns: dict[str, str], names: tupl
 
 def fleet_backtest(fleet_path: Path, given: list[str], out: Path, *, format: str, columns: dict[str, str] | None,
                    rate_scale: float, scale_mode: str, seed: int, start_s: float | None, duration_s: float | None,
-                   startup_s: float | None, kill: bool, no_plots: bool) -> dict:
+                   startup_s: float | None, kill: bool, no_plots: bool, oversized: str = "error") -> dict:
     from planner.fleet_file import load_fleet
     from planner.sim.evaluate.fleet_backtest import run_fleet_backtest
     from planner.sim.evaluate.fleet_report import write_fleet_report
@@ -97,6 +98,10 @@ def fleet_backtest(fleet_path: Path, given: list[str], out: Path, *, format: str
     else:
         traces = _load_each(trace_files(given, fleet.names()), format, columns, rate_scale, scale_mode, seed, start_s,
                             duration_s)
+    fitted: dict[str, dict] = {}
+    for m in fleet.members:  # each model's requests against its own profile (--oversized)
+        fitted[m.name] = {}
+        traces[m.name] = fit_oversized(console, traces[m.name], m.profile, oversized, fitted[m.name], m.name)
     for name, tr in traces.items():
         if len(tr) == 0:
             raise UserError(f"--trace: no request of {name} in the chosen window")
@@ -107,7 +112,8 @@ def fleet_backtest(fleet_path: Path, given: list[str], out: Path, *, format: str
     report = result.report
     report["timings_s"] = {"total": round(time.perf_counter() - t0, 2)}
     report["sim"] = {"kill": kill, "seed": seed, "format": format, "rate_scale": rate_scale, "scale_mode": scale_mode,
-                     "startup_s": startup_s}
+                     "startup_s": startup_s,
+                     "oversized": {n: f["oversized"] for n, f in fitted.items() if "oversized" in f}}
     md, paths = write_fleet_report(out, result, fleet, traces, not no_plots)
     console.print(md, markup=False, highlight=False)
     console.print("\n".join(f"wrote {p}" for p in paths))

@@ -14,6 +14,7 @@ from rich.console import Console
 from planner.commands.args import parse_columns, seconds
 from planner.commands.args import seed as check_seed
 from planner.commands.console import out_console
+from planner.commands.oversized import OVERSIZED_HELP, check_oversized, fit_oversized
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
 from planner.sim.evaluate.baselines.registry import DEFAULT_BASELINES
@@ -93,7 +94,7 @@ def backtest_cmd(
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
     _check_numbers(seed, rate_scale, start_s, duration_s, warmup_s, peak_window_s)
-    _check_oversized(oversized, scenario is not None, fleet is not None)
+    check_oversized(oversized, scenario is not None)
     if scenario is not None:
         _only_without_scenario(trace, fleet, profile, format, columns, rate_scale, scale_mode, start_s, duration_s,
                                warmup_s, yesterday)
@@ -105,51 +106,12 @@ def backtest_cmd(
                              ("--yesterday", yesterday is not None), ("--quantile", quantile is not None),
                              ("--forecaster", forecaster is not None), ("--vary", vary is not None)))
         return _backtest_fleet(fleet, _required(trace), out, format, columns, rate_scale, scale_mode, seed, start_s, duration_s,
-                               startup_s, kill, no_plots)
+                               startup_s, kill, no_plots, oversized)
     path, policy, profile = _one_policy_args(trace, columns, policy, profile)
     _backtest_one(path, profile, _policy(policy, quantile, vary), out, format, columns, rate_scale, scale_mode, startup_s, baselines,
                   kill, seed, duration_s, start_s, forecaster, workers, offline_simulations, no_plots,
                   dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s, oversized)
 
-
-OVERSIZED_HELP = ("requests longer than the profile serves (prompt + output past its context or one decode "
-                  "replica's KV): error | drop (left out, as an engine's 400 would) | truncate (prompt cut to fit)")
-
-
-def _check_oversized(oversized: str, scenario: bool, fleet: bool) -> None:
-    from planner.sim.traces.oversized import MODES
-
-    if oversized not in MODES:
-        raise UserError(f"--oversized: {oversized!r}; allowed: {', '.join(MODES)}")
-    if oversized != "error" and (scenario or fleet):
-        raise UserError(f"--oversized: not with {'--scenario' if scenario else '--fleet'} "
-                        "(a scenario's requests all fit its profile; a fleet's are checked against each model's)")
-
-
-def _fit(console: Console, tr: RequestTrace, prof: Profile, oversized: str, meta: dict) -> RequestTrace:
-    """``tr`` with the requests the profile cannot serve dropped or truncated (``--oversized``), said on the
-    console and in the report; with ``error`` the first of them stops the run, naming the flag."""
-    from planner.sim.cluster.cluster import SimConfig
-    from planner.sim.evaluate.backtest import check_trace, request_token_limit
-    from planner.sim.traces.oversized import fit_requests
-
-    if oversized == "error":
-        check_trace(tr, prof, SimConfig(), hint=" (--oversized drop leaves them out, as an engine's 400 would; "
-                    "--oversized truncate cuts their prompts to fit)")
-        return tr
-    limit = request_token_limit(prof)
-    fitted = fit_requests(tr, limit, oversized)
-    if fitted.oversized:
-        share = fitted.oversized / len(tr)
-        console.print(f"note: {tr.source}: {fitted.oversized:,} of {len(tr):,} requests ({share:.2%}) longer than "
-                      f"{limit:,} tokens (the profile's context or one decode replica's KV): "
-                      f"{fitted.dropped:,} dropped, {fitted.truncated:,} truncated (--oversized {oversized})",
-                      highlight=False)
-    if fitted.oversized and len(fitted.trace) == 0:
-        raise UserError(f"--oversized {oversized}: {tr.source}: every request is longer than {limit:,} tokens "
-                        "(the profile's context or one decode replica's KV); nothing is left to replay")
-    meta.setdefault("oversized", fitted.summary(oversized, limit))
-    return fitted.trace
 
 
 # Superposing K copies of a trace makes K times its requests: past this the replay never ends.
@@ -206,12 +168,12 @@ def _only_without_scenario(trace: list[str] | None, fleet: Path | None, profile:
 
 def _backtest_fleet(fleet: Path, trace: list[str], out: Path, format: str, columns: str | None, rate_scale: float,
                     scale_mode: str, seed: int, start_s: float | None, duration_s: float | None,
-                    startup_s: float | None, kill: bool, no_plots: bool) -> None:
+                    startup_s: float | None, kill: bool, no_plots: bool, oversized: str) -> None:
     from planner.commands.fleet_backtest import fleet_backtest
 
     fleet_backtest(fleet, trace, out, format=format, columns=parse_columns(columns), rate_scale=rate_scale,
                    scale_mode=scale_mode, seed=seed, start_s=start_s, duration_s=duration_s, startup_s=startup_s,
-                   kill=kill, no_plots=no_plots)
+                   kill=kill, no_plots=no_plots, oversized=oversized)
 
 
 def _only_without_fleet(flags: tuple[tuple[str, bool], ...]) -> None:
@@ -244,8 +206,8 @@ def _backtest_one(trace: Path, profile: Path, policy: tuple[PolicyFile, str], ou
     before = (load_requests(yesterday, format, columns=parse_columns(columns), rate_scale=rate_scale,
                             scale_mode=scale_mode, seed=seed + 1) if yesterday is not None else None)
     meta = {"format": format, "rate_scale": rate_scale, "scale_mode": scale_mode, "seed": seed}
-    tr = _fit(console, tr, prof, oversized, meta)
-    before = _fit(console, before, prof, oversized, {}) if before is not None else None
+    tr = fit_oversized(console, tr, prof, oversized, meta)
+    before = fit_oversized(console, before, prof, oversized, {}) if before is not None else None
     _run(console, tr, prof, policy, out, chosen, before, peak_window_s, startup_s, kill, seed, forecaster, workers,
          offline_simulations, no_plots, dynamo_predictor, warmup_s, frontier, meta)
 
