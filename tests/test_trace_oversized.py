@@ -100,3 +100,5 @@ def test_backtest_drops_or_truncates_and_says_so(long_trace, tmp_path: Path, cap
     assert report["trace"]["oversized"] == {"mode": mode, "limit_tokens": limit, "requests": 3, "dropped": dropped,
                                             "truncated": truncated}
     assert report["policies"]["planner"]["requests"] <= requests
+    how = "3 dropped" if mode == "drop" else "3 prompts truncated"
+    assert f"Prepared: 3 requests longer than {limit:,} tokens: {how}." in (tmp_path / "out" / "report.md").read_text()

@@ -46,7 +46,9 @@ def render_markdown(report: dict) -> str:
         "# Backtest report", "",
         f"Trace: `{t.get('source', '')}`: {t['requests']:,} requests over {t['duration_s'] / 60:.1f} min "
         f"(mean {t['mean_rate_rps']:.1f} req/s, ISL mean {t['isl_mean']:.0f}, OSL mean {t['osl_mean']:.0f}).",
-        f"Scaling: {t.get('notes') or 'none'}.", "",
+        # What was done to the file before the replay: the window cut, the rate scaled, requests the profile
+        # cannot serve dropped or truncated (--oversized).
+        f"Prepared: {t.get('notes') or 'as recorded'}.", "",
         *_dispersion_md(t.get("arrival_dispersion_1s")),
         *([f"Warm-up: the first {t['warmup_s'] / 60:.1f} min run every policy unscored; the table scores the "
            f"{t['scored_requests']:,} requests after it and the GPU-hours spent after it.", ""]
