@@ -329,6 +329,12 @@ BAD_VALUES = [
      "--columns: --trace-format csv needs a mapping for arrival, isl, osl"),
     ("backtest-one-request", [*BACKTEST[:2], "ONE", *BACKTEST[3:]], "--trace: ONE: 1 request(s) spanning 0 s: too short"),
     ("backtest-peak-window", [*BACKTEST, "--peak-window-s", "0"], "error: --peak-window-s: 0 must be"),
+    ("seeds-search-huge", ["bench", "seeds", "--search", "501", "--out", "OUT/s.json"], "--search: 501 must be in "
+     "0..500"),
+    ("seeds-search-seed", ["bench", "seeds", "--search", "1", "--search-seed", "-1", "--out", "OUT/s.json"],
+     "--search-seed: -1 must be >= 0"),
+    ("seeds-grid-missing", ["bench", "seeds", "--search", "1", "--grid", "OUT/none.yaml", "--out", "OUT/s.json"],
+     "--grid: OUT/none.yaml: no such file"),
     ("backtest-oversized-mode", [*BACKTEST, "--oversized", "skip"], "--oversized: 'skip'; allowed: error, drop, "
      "truncate"),
     ("backtest-oversized-scenario", ["backtest", "--scenario", "azure-conv", "--oversized", "drop", "--out", "OUT"],

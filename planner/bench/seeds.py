@@ -156,9 +156,10 @@ def table(rows: list[dict], sla_share: float) -> Table:
     return t
 
 
-def write(path: Path, runs: list[Run], rows: list[dict], command: str) -> None:
+def write(path: Path, runs: list[Run], rows: list[dict], command: str, search: dict | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"command": command, "runs": [r.__dict__ for r in runs], "summary": rows}
+    doc = {"command": command, "runs": [r.__dict__ for r in runs], "summary": rows,
+           **({"search": search} if search is not None else {})}
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 

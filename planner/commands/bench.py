@@ -187,9 +187,17 @@ def bench_seeds(
     vary: Annotated[list[str] | None, typer.Option(
         metavar="KEY=VALUE[;...]", help="a variant of the first policy with these fields set, e.g. "
         "'behavior.tolerance=0.1' or 'forecast.model=ewma;forecast.quantile=0.9' (repeat for more variants)")] = None,
+    search: Annotated[int, typer.Option(help="also N variants of the first policy drawn at random from --grid, "
+                                        "ranked after the runs")] = 0,
+    grid: Annotated[Path | None, typer.Option(help="--search's grid: dotted policy keys -> values to try (YAML; "
+                                              "default: the shipped policies/search/knobs.yaml)")] = None,
+    search_seed: Annotated[int, typer.Option("--search-seed", help="--search's draws (the same seed, grid and N: "
+                                             "the same variants)")] = 0,
 ) -> None:
     """The planner alone on every suite scenario under several arrival seeds, per policy: whether a policy
-    change is a gain or one seed's luck (attainment mean and worst, runs below the SLA, GPU-hours ratio)."""
+    change is a gain or one seed's luck (attainment mean and worst, runs below the SLA, GPU-hours ratio); with
+    --search, whether some combination of the knobs in --grid is cheaper."""
+    from planner.bench import knob_search
     from planner.bench import seeds as study
     from planner.bench.scenarios import default_traces_dir
     from planner.policy_variant import PolicySource, variant_label, vary_assignments
@@ -200,12 +208,14 @@ def bench_seeds(
         raise UserError(f"--workers: {workers} must be >= 1")
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
+    knob_search.check(search, search_seed)
     paths: list[Path | None] = list(policy) if policy else [None]
     labels = [str(p) if p is not None else "policies/example.yaml" for p in paths]
     if len(set(labels)) != len(labels):
         raise UserError(f"--policy: {', '.join(labels)}: each policy once")
     sources = {label: PolicySource(path) for label, path in zip(labels, paths, strict=True)}
-    for text in vary or ():
+    drawn = knob_search.variants(sources[labels[0]], labels[0], grid, search, search_seed) if search else []
+    for text in [*(vary or ()), *(t for t in drawn if t not in (vary or ()))]:
         label = variant_label(labels[0], text)
         if label in sources:
             raise UserError(f"--vary: {text!r}: each variant once")
@@ -213,6 +223,8 @@ def bench_seeds(
     names = scenario_names(scenarios)
     command = " ".join(["planner bench seeds", *(f"--policy {p}" for p in policy or ()),
                         *(f"--vary {shlex.quote(v)}" for v in vary or ()), f"--seeds {seeds}",
+                        *([f"--search {search} --search-seed {search_seed}"] if search else []),
+                        *([f"--grid {grid}"] if search and grid else []),
                         *([f"--scenarios {scenarios}"] if scenarios else []),
                         *([f"--traces {traces}"] if traces else []), f"--out {out}",
                         *([f"--workers {workers}"] if workers else [])])
@@ -229,7 +241,12 @@ def bench_seeds(
                   highlight=False)
     for line in missed:
         console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)  # a variant's label has [...]
-    study.write(out, runs, rows, command)
+    ranked = knob_search.ranking(rows, labels[0]) if search else None
+    if ranked is not None:
+        console.print(knob_search.ranking_table(ranked, top=15))
+    study.write(out, runs, rows, command, None if ranked is None else {"grid": str(knob_search.grid_path(grid)),
+                                                                      "n": search,
+                                                                      "seed": search_seed, "ranking": ranked})
     console.print(f"wrote {out} and {study.plot(out.with_suffix('.png'), runs, sla_share)}")
 
 
