@@ -61,6 +61,18 @@ def test_variants_of_a_reference_with_fields_set_keep_them() -> None:
     assert len(drawn) == 5 and all(_loads(t) for t in drawn)
 
 
+@pytest.mark.parametrize(("content", "needle"), [
+    ("sla.lean_quantil: [0.7]\n", "sla.lean_quantil=0.7: "),  # a typo in a key
+    ("sla.lean_quantile: [0.7, 1.5]\n", "sla.lean_quantile=1.5: "),  # a value out of range
+])
+def test_a_grid_value_the_policy_refuses_is_named(tmp_path: Path, content: str, needle: str) -> None:
+    path = tmp_path / "grid.yaml"
+    path.write_text(content)
+    with pytest.raises(UserError, match="^grid: ") as err:
+        variants(PolicySource(EXAMPLE), "ref", path, 1, 0)
+    assert f"{path}: {needle}" in str(err.value) and "\n" not in str(err.value), err.value
+
+
 @pytest.mark.parametrize(("value", "text"), [(0.75, "0.75"), (120, "120"), (True, "true"), ("ewma", "ewma"),
                                              ([{"type": "pods", "value": 1, "period_s": 60}],
                                               '[{"type": "pods", "value": 1, "period_s": 60}]')])

@@ -54,14 +54,26 @@ def variants(reference: PolicySource, label: str, grid: Path | None, n: int, see
     """``n`` variants of ``reference`` (``--vary`` texts) drawn from the grid file, each one a policy that loads."""
     from planner.bench.seeds import load
 
+    def load_with(text: str) -> None:
+        load(label, replace(reference, assignments=(*reference.assignments, *vary_assignments(text))))
+
     def loads(text: str) -> bool:
         try:
-            load(label, replace(reference, assignments=(*reference.assignments, *vary_assignments(text))))
+            load_with(text)
         except UserError:
             return False
         return True
 
-    return draw(load_grid(grid_path(grid)), n, seed, loads)
+    load(label, reference)  # the reference's own error, not "no variant loads"
+    path = grid_path(grid)
+    values = load_grid(path)
+    for key, options in values.items():  # a key the policy does not have, or a value out of range, named here
+        for v in options:
+            try:
+                load_with(f"{key}={value_text(v)}")
+            except UserError as exc:
+                raise UserError(f"{path}: {key}={value_text(v)}: {exc}", key="grid") from None
+    return draw(values, n, seed, loads)
 
 
 def load_grid(path: Path) -> dict[str, list[Any]]:
