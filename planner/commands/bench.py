@@ -200,7 +200,6 @@ def bench_seeds(
     from planner.bench import knob_search
     from planner.bench import seeds as study
     from planner.bench.scenarios import default_traces_dir
-    from planner.policy_variant import PolicySource, variant_label, vary_assignments
 
     if seeds < 1 or seeds > 100:
         raise UserError(f"--seeds: {seeds} must be in 1..100")
@@ -209,17 +208,7 @@ def bench_seeds(
     if traces is not None and not traces.is_dir():
         raise UserError(f"--traces: {traces} is not a folder")
     knob_search.check(search, search_seed)
-    paths: list[Path | None] = list(policy) if policy else [None]
-    labels = [str(p) if p is not None else "policies/example.yaml" for p in paths]
-    if len(set(labels)) != len(labels):
-        raise UserError(f"--policy: {', '.join(labels)}: each policy once")
-    sources = {label: PolicySource(path) for label, path in zip(labels, paths, strict=True)}
-    drawn = knob_search.variants(sources[labels[0]], labels[0], grid, search, search_seed) if search else []
-    for text in [*(vary or ()), *(t for t in drawn if t not in (vary or ()))]:
-        label = variant_label(labels[0], text)
-        if label in sources:
-            raise UserError(f"--vary: {text!r}: each variant once")
-        sources[label] = PolicySource(paths[0], vary_assignments(text))
+    reference, sources = _seed_sources(policy, vary, search, grid, search_seed)
     names = scenario_names(scenarios)
     command = " ".join(["planner bench seeds", *(f"--policy {p}" for p in policy or ()),
                         *(f"--vary {shlex.quote(v)}" for v in vary or ()), f"--seeds {seeds}",
@@ -232,22 +221,49 @@ def bench_seeds(
     runs = study.run(console, sources, names, list(range(seeds)), traces or default_traces_dir(),
                      workers or os.cpu_count() or 1)
     shares = {label: study.load(label, source).sla.percentile / 100.0 for label, source in sources.items()}
-    sla_share = shares[labels[0]]
+    sla_share = shares[reference]
     rows = study.summary(runs, sla_share, shares)
     console.print(study.table(rows, sla_share))
+    _print_seed_targets(console, rows)
+    ranked = knob_search.ranking(rows, reference) if search else None
+    if ranked is not None:
+        console.print(knob_search.ranking_table(ranked, top=15))
+    study.write(out, runs, rows, command, None if ranked is None else {
+        "grid": str(knob_search.grid_path(grid)), "n": search, "seed": search_seed, "ranking": ranked})
+    console.print(f"wrote {out} and {study.plot(out.with_suffix('.png'), runs, sla_share)}")
+
+
+def _seed_sources(policy: list[Path] | None, vary: list[str] | None, search: int, grid: Path | None,
+                  search_seed: int) -> tuple[str, dict]:
+    """The reference's label and every compared policy by label: each --policy, then each --vary and --search's
+    draws as variants of the first."""
+    from planner.bench import knob_search
+    from planner.policy_variant import PolicySource, variant_label, vary_assignments
+
+    paths: list[Path | None] = list(policy) if policy else [None]
+    labels = [str(p) if p is not None else "policies/example.yaml" for p in paths]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"--policy: {', '.join(labels)}: each policy once")
+    sources = {label: PolicySource(path) for label, path in zip(labels, paths, strict=True)}
+    drawn = knob_search.variants(sources[labels[0]], labels[0], grid, search, search_seed) if search else []
+    for text in [*(vary or ()), *(t for t in drawn if t not in (vary or ()))]:
+        label = variant_label(labels[0], text)
+        if label in sources:
+            raise UserError(f"--vary: {text!r}: each variant once")
+        sources[label] = PolicySource(paths[0], vary_assignments(text))
+    return labels[0], sources
+
+
+def _print_seed_targets(console: Console, rows: list[dict]) -> None:
+    """The seeds target, met or missed, and each (scenario, policy) that missed it."""
+    from planner.bench import seeds as study
+
     missed = study.target_lines(rows)
     console.print(f"target (no seed below the SLA's percentile less {study.SEED_SLACK:.1%} points): "
                   + ("[green]met[/] by every scenario and policy" if not missed else f"[red]missed[/] by {len(missed)}"),
                   highlight=False)
     for line in missed:
         console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)  # a variant's label has [...]
-    ranked = knob_search.ranking(rows, labels[0]) if search else None
-    if ranked is not None:
-        console.print(knob_search.ranking_table(ranked, top=15))
-    study.write(out, runs, rows, command, None if ranked is None else {"grid": str(knob_search.grid_path(grid)),
-                                                                      "n": search,
-                                                                      "seed": search_seed, "ranking": ranked})
-    console.print(f"wrote {out} and {study.plot(out.with_suffix('.png'), runs, sla_share)}")
 
 
 def bench_hours(

@@ -47,6 +47,8 @@ VARY_HELP = ("the policy with these fields set (dotted keys of the policy file, 
              "';'), e.g. 'pools.prefill.max_replicas=200;pools.decode.max_replicas=200'")
 FLEET_HELP = ("fleet YAML: replay every policy on its own trace (--trace POLICY=FILE) under one GPU budget, against "
               "the same planners without it and static pools at each model's peak")
+POLICY_HELP = "policy YAML (the policy under test, reported as 'planner')"
+PEAK_WINDOW_HELP = "static-yesterday: the averaging window of yesterday's peak (s)"
 
 
 def backtest_cmd(
@@ -54,8 +56,7 @@ def backtest_cmd(
     trace: Annotated[list[str] | None, typer.Option(help=TRACE_HELP)] = None,
     scenario: Annotated[str | None, typer.Option(help=SCENARIO_HELP)] = None,
     profile: Annotated[Path | None, typer.Option(help="profile JSON (not with --fleet: each policy's own)")] = None,
-    policy: Annotated[Path | None, typer.Option(help="policy YAML (the policy under test, reported as "
-                                                "'planner')")] = None,
+    policy: Annotated[Path | None, typer.Option(help=POLICY_HELP)] = None,
     fleet: Annotated[Path | None, typer.Option(help=FLEET_HELP)] = None,
     format: Annotated[str, typer.Option("--format", help="azure | mooncake | servegen | csv | jsonl")] = "azure",
     columns: Annotated[str | None, typer.Option(help="csv/jsonl column mapping, e.g. "
@@ -88,39 +89,36 @@ def backtest_cmd(
     frontier: Annotated[bool, typer.Option("--frontier", help=FRONTIER_HELP)] = False,
     yesterday: Annotated[Path | None, typer.Option(help="the previous day's trace (same --format, --columns, "
                                                    "--rate-scale) for the static-yesterday baseline")] = None,
-    peak_window_s: Annotated[float, typer.Option("--peak-window-s", help="static-yesterday: the averaging window "
-                                                 "of yesterday's peak (s)")] = 600.0,
+    peak_window_s: Annotated[float, typer.Option("--peak-window-s", help=PEAK_WINDOW_HELP)] = 600.0,
     oversized: Annotated[str, typer.Option("--oversized", help=OVERSIZED_HELP)] = "error",
 ) -> None:
     """Replay a trace under the planner and baselines; compare SLA attainment and GPU-hours."""
-    _check_numbers(seed, rate_scale, start_s, duration_s, warmup_s, peak_window_s)
-    check_oversized(oversized, scenario is not None)
+    _check_values(seed, rate_scale, start_s, duration_s, warmup_s, peak_window_s, oversized, scenario is not None)
     if scenario is not None:
         _only_without_scenario(trace, fleet, profile, format, columns, rate_scale, scale_mode, start_s, duration_s,
                                warmup_s, yesterday)
         return _backtest_scenario(scenario, policy, quantile, vary, out, startup_s, baselines, kill, seed, forecaster,
                                   workers, offline_simulations, no_plots, dynamo_predictor, frontier, peak_window_s)
     if fleet is not None:
-        _only_without_fleet((("--policy", policy is not None), ("--profile", profile is not None),
-                             ("--frontier", frontier), ("--warmup-s", warmup_s != 0.0),
-                             ("--yesterday", yesterday is not None), ("--quantile", quantile is not None),
-                             ("--forecaster", forecaster is not None), ("--vary", vary is not None)))
-        return _backtest_fleet(fleet, _required(trace), out, format, columns, rate_scale, scale_mode, seed, start_s, duration_s,
-                               startup_s, kill, no_plots, oversized)
+        _only_without_fleet({"--policy": policy, "--profile": profile, "--frontier": frontier or None,
+                             "--warmup-s": warmup_s or None, "--yesterday": yesterday, "--quantile": quantile,
+                             "--forecaster": forecaster, "--vary": vary})
+        return _backtest_fleet(fleet, _required(trace), out, format, columns, rate_scale, scale_mode, seed, start_s,
+                               duration_s, startup_s, kill, no_plots, oversized)
     path, policy, profile = _one_policy_args(trace, columns, policy, profile)
     _backtest_one(path, profile, _policy(policy, quantile, vary), out, format, columns, rate_scale, scale_mode, startup_s, baselines,
                   kill, seed, duration_s, start_s, forecaster, workers, offline_simulations, no_plots,
                   dynamo_predictor, warmup_s, frontier, oracle_interval_s, yesterday, peak_window_s, oversized)
 
 
-
 # Superposing K copies of a trace makes K times its requests: past this the replay never ends.
 MAX_RATE_SCALE = 1000.0
 
 
-def _check_numbers(seed: int, rate_scale: float, start_s: float | None, duration_s: float | None, warmup_s: float,
-                   peak_window_s: float) -> None:
-    """The numbers a backtest takes, checked before any trace is read."""
+def _check_values(seed: int, rate_scale: float, start_s: float | None, duration_s: float | None, warmup_s: float,
+                  peak_window_s: float, oversized: str, scenario: bool) -> None:
+    """The values a backtest takes, checked before any trace is read."""
+    check_oversized(oversized, scenario)
     check_seed("--seed", seed)
     if not (math.isfinite(rate_scale) and 0 < rate_scale <= MAX_RATE_SCALE):
         raise UserError(f"--rate-scale: {rate_scale:g} must be a finite number > 0 and <= {MAX_RATE_SCALE:g} "
@@ -176,8 +174,9 @@ def _backtest_fleet(fleet: Path, trace: list[str], out: Path, format: str, colum
                    kill=kill, no_plots=no_plots, oversized=oversized)
 
 
-def _only_without_fleet(flags: tuple[tuple[str, bool], ...]) -> None:
-    unsupported = [flag for flag, given in flags if given]
+def _only_without_fleet(flags: dict[str, object]) -> None:
+    """The flags a fleet's own file sets (each given: not None)."""
+    unsupported = [flag for flag, value in flags.items() if value is not None]
     if unsupported:
         raise UserError(f"{unsupported[0]}: not with --fleet (the fleet file names each policy, and its profile)")
 

@@ -59,10 +59,15 @@ class BacktestResult:
     config: SimConfig | None = None
 
 
+def _token_caps(profile: Profile, decode_tp: int | None) -> tuple[int, int]:
+    """(the model's context, one decode replica's KV capacity), in tokens."""
+    kv_cap = profile.decode_curve(decode_tp or profile.selected_tp("decode")).kv_capacity_tokens
+    return int(profile.model.max_context_tokens), int(kv_cap)
+
+
 def request_token_limit(profile: Profile, decode_tp: int | None = None) -> int:
     """The most tokens (prompt + output) one request may hold: the model's context and one decode replica's KV."""
-    kv_cap = profile.decode_curve(decode_tp or profile.selected_tp("decode")).kv_capacity_tokens
-    return int(min(profile.model.max_context_tokens, kv_cap))
+    return min(_token_caps(profile, decode_tp))
 
 
 def check_trace(trace: RequestTrace, profile: Profile, config: SimConfig, hint: str = "") -> None:
@@ -70,10 +75,9 @@ def check_trace(trace: RequestTrace, profile: Profile, config: SimConfig, hint: 
     offers instead, appended to the error)."""
     if len(trace) == 0:
         raise UserError(f"{trace.source}: the trace has no requests")
-    limit = profile.model.max_context_tokens
-    kv_cap = profile.decode_curve(config.decode_tp or profile.selected_tp("decode")).kv_capacity_tokens
+    limit, kv_cap = _token_caps(profile, config.decode_tp)
     total = trace.isl + trace.osl
-    bad = np.nonzero(total > request_token_limit(profile, config.decode_tp))[0]
+    bad = np.nonzero(total > min(limit, kv_cap))[0]
     if len(bad):
         i = int(bad[0])
         raise UserError(f"{trace.source}: request #{i} (arrival {trace.arrival_s[i]:.3f} s) has ISL {trace.isl[i]} + "
