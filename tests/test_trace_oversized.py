@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from planner.cli import run
+from planner.errors import UserError
 from planner.profile import load_profile
-from planner.sim.evaluate.backtest import request_token_limit
+from planner.sim.cluster.cluster import SimConfig
+from planner.sim.evaluate.backtest import check_trace, request_token_limit
 from planner.sim.traces.oversized import fit_requests, oversized_mask
 from planner.sim.traces.records import RequestTrace
 
@@ -77,6 +79,17 @@ def _backtest(trace: Path, out: Path, *extra: str) -> list[str]:
     return ["backtest", "--trace", str(trace), "--format", "csv", "--columns", "arrival=ts,isl=in,osl=out",
             "--profile", str(PROFILE), "--policy", str(EXAMPLE), "--baselines", "", "--offline-simulations", "0",
             "--no-plots", "--out", str(out), *extra]
+
+
+@pytest.mark.parametrize(("over", "words"), [(1, "; 1 such request in all"), (2, "; 2 such requests in all"),
+                                             (1200, "; 1,200 such requests in all")])
+def test_check_trace_counts_the_requests_that_do_not_fit(over: int, words: str) -> None:
+    profile = load_profile(PROFILE)
+    limit = request_token_limit(profile)
+    isl = [100] * 5 + [limit + 1] * over
+    with pytest.raises(UserError) as e:
+        check_trace(_trace(isl, [1] * len(isl)), profile, SimConfig())
+    assert str(e.value).startswith("t.csv: request #5 (arrival 5.000 s)") and str(e.value).endswith(words), e.value
 
 
 def test_backtest_names_the_flag_when_a_request_does_not_fit(long_trace, tmp_path: Path, capsys) -> None:

@@ -82,7 +82,11 @@ def check_trace(trace: RequestTrace, profile: Profile, config: SimConfig, hint: 
         i = int(bad[0])
         raise UserError(f"{trace.source}: request #{i} (arrival {trace.arrival_s[i]:.3f} s) has ISL {trace.isl[i]} + "
                         f"OSL {trace.osl[i]} = {total[i]} tokens, more than the profile allows "
-                        f"(max context {limit}, KV capacity {kv_cap}); {len(bad)} such requests{hint}")
+                        f"(max context {limit}, KV capacity {kv_cap}); {_requests(len(bad))} in all{hint}")
+
+
+def _requests(n: int) -> str:
+    return "1 such request" if n == 1 else f"{n:,} such requests"
 
 
 def fluid_initial(trace: RequestTrace, profile: Profile, policy: PolicyFile, horizon_s: float) -> dict[str, int]:
