@@ -22,6 +22,9 @@ RUN /opt/planner/bin/pip install --no-deps --require-hashes --only-binary=:all: 
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY planner ./planner
+# planner/shipped/ links to these two: the wheel carries the shipped profiles, traces and policies.
+COPY profiles ./profiles
+COPY policies ./policies
 # The wheel is built with the locked setuptools (no network); the build tools and pip leave the runtime.
 RUN /opt/planner/bin/pip install --no-deps --no-build-isolation --no-index . \
     && /opt/planner/bin/pip uninstall --yes setuptools wheel pip \
@@ -34,12 +37,10 @@ LABEL org.opencontainers.image.title="planner" \
       org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --system --gid 65532 planner \
     && useradd --system --uid 65532 --gid 65532 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin planner
+# The shipped model configs, GPU table, profiles, traces and policies are in the wheel (planner/shipped/):
+# `planner serve`/`planner init` find models by name, `planner demo` and the benches their defaults.
 COPY --from=build /opt/planner /opt/planner
-# Shipped model configs and the GPU table, for `planner serve`/`planner init` (profile requests by model name).
-COPY profiles/hardware.yaml /opt/planner/share/profiles/hardware.yaml
-COPY profiles/models /opt/planner/share/profiles/models
 ENV PATH=/opt/planner/bin:$PATH \
-    PLANNER_DATA_DIR=/opt/planner/share/profiles \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \

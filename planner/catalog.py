@@ -14,13 +14,30 @@ from planner.errors import UserError, not_utf8
 from planner.perf.hardware import HardwareSpec
 from planner.perf.model import ModelConfigError, ModelSpec, model_from_hf_config
 
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def shipped_root() -> Path:
+    """The folder that holds ``profiles/`` and ``policies/``: the repository's root when the planner runs from a
+    checkout (``pip install -e``, PYTHONPATH), else the copies an installed wheel carries in ``planner/shipped/``
+    (two links to those folders in the checkout, followed by the build: pyproject.toml's package-data)."""
+    checkout = PACKAGE_DIR.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "profiles").is_dir():
+        return checkout
+    return PACKAGE_DIR / "shipped"
+
 
 def data_dir() -> Path:
-    """The repository's ``profiles/`` folder (override with PLANNER_DATA_DIR)."""
+    """The shipped ``profiles/`` folder (override with PLANNER_DATA_DIR)."""
     env = os.environ.get("PLANNER_DATA_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "profiles"
+    return shipped_root() / "profiles"
+
+
+def policies_dir() -> Path:
+    """The shipped ``policies/`` folder (the example policy, the knob-search grids)."""
+    return shipped_root() / "policies"
 
 
 def traces_dir() -> Path:

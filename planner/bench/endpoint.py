@@ -25,6 +25,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from planner.catalog import shipped_root
 from planner.profile import load_profile
 from planner.profiler.loadgen import (
     PLAIN_USAGE,
@@ -38,7 +39,7 @@ from planner.profiler.prompts import TEXT, PromptMaker
 from planner.profiler.steady import steady_window
 from planner.testing.ports import free_port
 
-DEFAULT_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "h200" / "qwen3-32b.json"
+DEFAULT_PROFILE = shipped_root() / "profiles" / "h200" / "qwen3-32b.json"
 ITL_SERIES = re.compile(r"^vllm:inter_token_latency_seconds_(sum|count)\{[^}]*\} (\S+)$", re.M)
 
 

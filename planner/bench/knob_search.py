@@ -45,9 +45,9 @@ def check(n: int, seed: int) -> None:
 
 def grid_path(given: Path | None) -> Path:
     """``--grid`` as given, or the shipped knobs.yaml (found wherever the command runs from)."""
-    from planner.bench.scenarios import REPO
+    from planner.catalog import policies_dir
 
-    return given if given is not None else REPO / "policies" / "search" / "knobs.yaml"
+    return given if given is not None else policies_dir() / "search" / "knobs.yaml"
 
 
 def variants(reference: PolicySource, label: str, grid: Path | None, n: int, seed: int) -> list[str]:

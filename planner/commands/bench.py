@@ -52,15 +52,16 @@ def bench_sim(
 
 
 def bench_decide(
-    policy: Annotated[Path, typer.Option(help="policy YAML")] = Path("policies/example.yaml"),
+    policy: Annotated[Path | None, typer.Option(help="policy YAML (default: the shipped policies/example.yaml)")] = None,
     ticks: Annotated[int, typer.Option(help="decide() calls per scenario")] = 5000,
 ) -> None:
     """decide() latency over a day of varying load (goal: p99 <= 1 ms)."""
     from planner.bench import decide
+    from planner.catalog import policies_dir
 
     if ticks < 10:
         raise UserError(f"--ticks: {ticks} must be >= 10")
-    decide.run(out_console(), policy, ticks)
+    decide.run(out_console(), policy or policies_dir() / "example.yaml", ticks)
 
 
 def bench_forecast(
