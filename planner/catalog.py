@@ -17,6 +17,7 @@ from planner.perf.model import ModelConfigError, ModelSpec, model_from_hf_config
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+@cache
 def shipped_root() -> Path:
     """The folder that holds ``profiles/`` and ``policies/``: the repository's root when the planner runs from a
     checkout (``pip install -e``, PYTHONPATH), else the copies an installed wheel carries in ``planner/shipped/``
@@ -38,6 +39,17 @@ def data_dir() -> Path:
 def policies_dir() -> Path:
     """The shipped ``policies/`` folder (the example policy, the knob-search grids)."""
     return shipped_root() / "policies"
+
+
+def example_policy() -> Path:
+    """``policies/example.yaml``: every field and its default, the policy the demo and the benches run."""
+    return policies_dir() / "example.yaml"
+
+
+def shipped_profile(name: str) -> Path:
+    """A profile shipped under ``profiles/`` (``h200/qwen3-32b.json``), the benches' default (not PLANNER_DATA_DIR's:
+    a bench's figures are the shipped profile's)."""
+    return shipped_root() / "profiles" / name
 
 
 def traces_dir() -> Path:

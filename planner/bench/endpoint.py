@@ -25,7 +25,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from planner.catalog import shipped_root
+from planner.catalog import shipped_profile
 from planner.profile import load_profile
 from planner.profiler.loadgen import (
     PLAIN_USAGE,
@@ -39,7 +39,7 @@ from planner.profiler.prompts import TEXT, PromptMaker
 from planner.profiler.steady import steady_window
 from planner.testing.ports import free_port
 
-DEFAULT_PROFILE = shipped_root() / "profiles" / "h200" / "qwen3-32b.json"
+DEFAULT_PROFILE = shipped_profile("h200/qwen3-32b.json")
 ITL_SERIES = re.compile(r"^vllm:inter_token_latency_seconds_(sum|count)\{[^}]*\} (\S+)$", re.M)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from planner.catalog import shipped_root
+from planner.catalog import example_policy, shipped_profile
 from planner.decide.capacity import Load, prefill_ttft_ms, size_decode
 from planner.decide.queueing import MAX_UTILISATION
 from planner.decide.sizing_model import SizingModel
@@ -31,8 +31,8 @@ from planner.profile import load_profile
 from planner.sim.cluster.cluster import Cluster, SimConfig
 from planner.sim.traces.records import RequestTrace
 
-DEFAULT_PROFILE = shipped_root() / "profiles" / "h200" / "qwen3-8b.json"
-DEFAULT_POLICY = shipped_root() / "policies" / "example.yaml"
+DEFAULT_PROFILE = shipped_profile("h200/qwen3-8b.json")
+DEFAULT_POLICY = example_policy()
 OSL_TOKENS = 20  # short outputs: decode stays light and the TTFT is prefill's
 MAX_ISL_TOKENS = 32_000  # the exponential's far tail cut (one prompt in ~10^12 at a mean of 1,150)
 

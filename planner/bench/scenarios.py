@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from planner.bench import target_reasons as reasons
-from planner.catalog import load_hardware, load_model, shipped_root
+from planner.catalog import example_policy, load_hardware, load_model, shipped_root
 from planner.catalog import traces_dir as shipped_traces_dir
 from planner.errors import UserError
 from planner.policy_file import PolicyFile, load_policy
@@ -42,7 +42,7 @@ from planner.sim.traces.records import LengthDist, RateWindows, RequestTrace
 from planner.sim.traces.synthetic import from_rate_fn, synthesise_from_rates
 
 REPO = shipped_root()  # where profiles/ and policies/ lie: the checkout, or an installed wheel's planner/shipped/
-EXAMPLE_POLICY = REPO / "policies" / "example.yaml"
+EXAMPLE_POLICY = example_policy()
 DAY_S = 86400.0
 LONG_GRID = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from planner.catalog import shipped_root, traces_dir
+from planner.catalog import shipped_profile, traces_dir
 from planner.errors import UserError
 from planner.policy_file import PolicyFile
 from planner.profile import Profile, load_profile
@@ -20,7 +20,7 @@ from planner.sim.traces.series import minute_counts
 from planner.types import Mode
 
 DEFAULT_TRACE = traces_dir() / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
-DEFAULT_PROFILE = shipped_root() / "profiles" / "h200" / "qwen3-32b.json"
+DEFAULT_PROFILE = shipped_profile("h200/qwen3-32b.json")
 MODES = tuple(Mode)
 
 

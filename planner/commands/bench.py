@@ -57,11 +57,11 @@ def bench_decide(
 ) -> None:
     """decide() latency over a day of varying load (goal: p99 <= 1 ms)."""
     from planner.bench import decide
-    from planner.catalog import policies_dir
+    from planner.catalog import example_policy
 
     if ticks < 10:
         raise UserError(f"--ticks: {ticks} must be >= 10")
-    decide.run(out_console(), policy or policies_dir() / "example.yaml", ticks)
+    decide.run(out_console(), policy or example_policy(), ticks)
 
 
 def bench_forecast(

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.rule import Rule
 
-from planner.catalog import policies_dir, traces_dir
+from planner.catalog import example_policy, traces_dir
 from planner.commands.console import out_console
 from planner.commands.progress import phase_progress
 from planner.errors import UserError
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--warmup-minutes: {warmup_minutes:g} must be >= 0")
         console = out_console()
         trace_path = trace or traces_dir() / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
-        policy = load_policy(policies_dir() / "example.yaml")
+        policy = load_policy(example_policy())
         tr = load_requests(trace_path, "azure", rate_scale=rate_scale, duration_s=(minutes + warmup_minutes) * 60.0)
         isl, osl = int(np.mean(tr.isl)), int(np.mean(tr.osl))
 
